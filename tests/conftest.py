@@ -1,0 +1,3 @@
+"""Fixtures shared by all tiers: each part of the local stack has its own fixture module."""
+
+pytest_plugins = ["tests.fixtures.kube", "tests.fixtures.slurm", "tests.fixtures.ray"]

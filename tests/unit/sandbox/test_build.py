@@ -1,0 +1,64 @@
+"""The build tool: versions come from one file, the matrix is generated from it, envtest assets win."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bridge.sandbox import build
+
+
+def test_compatibility_matrix_is_generated_from_versions_file() -> None:
+    checked_in = (build.REPO_ROOT / "docs" / "compatibility-matrix.md").read_text()
+    assert checked_in == build.render_matrix(build.load_versions()), (
+        "docs/compatibility-matrix.md is stale: run `python3 -m bridge.sandbox.build matrix`"
+    )
+
+
+def test_matrix_names_every_pinned_version() -> None:
+    versions = build.load_versions()
+    matrix = build.render_matrix(versions)
+    for component in ("kubernetes", "etcd", "kueue", "jobset", "kwok", "kuberay", "ray"):
+        assert versions[component]["version"] in matrix
+
+
+def test_binaries_are_cached_outside_the_checkout_keyed_by_version(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("K8S_BRIDGE_CACHE", str(tmp_path))
+    monkeypatch.delenv("KUBEBUILDER_ASSETS", raising=False)
+    paths = build.stack_paths()
+    version = build.load_versions()["kueue"]["version"]
+    assert paths.kueue == tmp_path / "bin" / f"kueue-{version}" / "kueue"
+    assert paths.kube_apiserver.parent == paths.kube_scheduler.parent
+
+
+def test_kubebuilder_assets_provide_apiserver_and_etcd(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("KUBEBUILDER_ASSETS", str(tmp_path))
+    paths = build.stack_paths()
+    assert paths.kube_apiserver == tmp_path / "kube-apiserver"
+    assert paths.etcd == tmp_path / "etcd"
+    assert paths.kube_scheduler.parent != tmp_path
+
+
+def test_incomplete_kubebuilder_assets_are_a_named_missing_prerequisite(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("KUBEBUILDER_ASSETS", str(tmp_path))
+    assert build.main(["all"]) == 2
+    assert "KUBEBUILDER_ASSETS" in capsys.readouterr().err
+
+
+def test_missing_go_is_a_named_missing_prerequisite(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("K8S_BRIDGE_CACHE", str(tmp_path))
+    monkeypatch.delenv("KUBEBUILDER_ASSETS", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert build.main(["all"]) == 2
+    err = capsys.readouterr().err
+    assert "Go toolchain" in err
+    assert "Traceback" not in err
