@@ -1,0 +1,1 @@
+"""Reconcilers: observed state -> actions, one module per controller (slurm, ray, mixing)."""

@@ -1,0 +1,1 @@
+"""Translators: pure functions from an external job and its configuration to a JobSet manifest."""
