@@ -1,0 +1,440 @@
+"""The asyncio slurmrestd client the bridge talks to Slurm with.
+
+One object per slurmrestd. It finds the newest REST version both sides speak (from
+``/openapi/v3``, else by pinging each version newest-first) and keeps it; every call then goes
+through that version's adapter, so callers only see ``SlurmJob``/``SlurmNode`` views and the typed
+errors of ``bridge.slurm.errors``. What a version cannot do over REST (node drain/down/delete on
+v0.0.38, requeue-hold before v0.0.45) goes through the optional ``ScontrolCli``.
+
+Polling is cheap by design: ``list_jobs(update_time=t)`` raises ``NotModified`` when nothing
+changed (22.05 answers 304; 24.11's data_parser answers 200 with no jobs, ``last_update`` 0 and a
+"No job changes since" warning), and each page carries the ``update_time`` to pass next (the
+controller's ``last_update``, its clock when it packed the list, where the version reports it;
+otherwise the server's ``Date`` or our own clock, minus a safety margin).
+Every request reports ``(method, path template, status, seconds)`` to an optional observer, so
+metrics can be added without this module importing a metrics library.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from email.utils import parsedate_to_datetime
+from types import TracebackType
+from typing import Any, Self
+
+import aiohttp
+from multidict import CIMultiDictProxy
+
+from bridge.api.slurm_job import SlurmJob
+from bridge.api.slurm_node import SlurmNode
+
+from .auth import JwtAuth
+from .cli import ScontrolCli
+from .errors import (
+    InvalidJobId,
+    InvalidNodeName,
+    NodesBusy,
+    NotModified,
+    SlurmAPIError,
+    SlurmAuthError,
+    SlurmResponseError,
+    SlurmServerError,
+    SlurmUnavailable,
+    SlurmUnsupported,
+    SlurmVersionError,
+    api_error,
+)
+from .versions import (
+    ADAPTERS,
+    SUPPORTED_VERSIONS,
+    ControllerPing,
+    JobsPage,
+    NodesPage,
+    RestAdapter,
+    adapter_for,
+)
+
+__all__ = ["RequestObserver", "SlurmClient"]
+
+log = logging.getLogger(__name__)
+
+RequestObserver = Callable[[str, str, int | None, float], None]
+"""Called after every request: (method, path template, HTTP status or None if no answer, seconds)."""
+
+_VERSION_IN_PATH = re.compile(r"^/slurm/(v\d+\.\d+\.\d+)/")
+_Headers = CIMultiDictProxy[str]
+# data_parser answers "nothing changed" with 200, no jobs, last_update 0 and this warning (24.11)
+_UNCHANGED = ("No job changes since", "No node changes since")
+
+
+class SlurmClient:
+    """A slurmrestd client. Use as ``async with SlurmClient(url, auth=...) as slurm: ...``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        auth: JwtAuth | None = None,
+        version: str | None = None,
+        session: aiohttp.ClientSession | None = None,
+        timeout: float = 30.0,
+        observer: RequestObserver | None = None,
+        scontrol: ScontrolCli | None = None,
+        clock_margin: float = 2.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.auth = auth
+        self.timeout = timeout
+        self.observer = observer
+        self.scontrol = scontrol
+        self.clock_margin = clock_margin
+        self._session = session
+        self._owns_session = session is None
+        self._adapter: RestAdapter | None = adapter_for(version) if version else None
+        self._detect_lock = asyncio.Lock()
+        self._jobs_update_time: int | None = None
+
+    def __repr__(self) -> str:
+        return f"SlurmClient({self.base_url!r}, version={self.rest_version!r}, auth={self.auth!r})"
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._owns_session and self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    # --- version --------------------------------------------------------------------------
+
+    @property
+    def rest_version(self) -> str | None:
+        """The REST version in use, once known."""
+        return self._adapter.version if self._adapter else None
+
+    async def adapter(self) -> RestAdapter:
+        """The adapter of the version in use, detecting it on first use."""
+        if self._adapter is None:
+            async with self._detect_lock:
+                if self._adapter is None:
+                    self._adapter = await self._detect()
+                    log.info("slurmrestd at %s: using REST %s", self.base_url, self._adapter.version)
+        return self._adapter
+
+    async def _detect(self) -> RestAdapter:
+        status, body, _ = await self._send("GET", "/openapi/v3", "/openapi/v3")
+        if status in (401, 511):
+            raise SlurmAuthError("slurmrestd refused the credentials", status=status)
+        if status == 200 and isinstance(body, Mapping) and isinstance(body.get("paths"), Mapping):
+            served = {m.group(1) for p in body["paths"] if (m := _VERSION_IN_PATH.match(p))}
+            for version in SUPPORTED_VERSIONS:
+                if version in served:
+                    return ADAPTERS[version]
+            raise SlurmVersionError(f"slurmrestd serves {sorted(served)}, none of {list(SUPPORTED_VERSIONS)}")
+        for version in SUPPORTED_VERSIONS:  # no OpenAPI document: ask each version's ping
+            ping = ADAPTERS[version].endpoints["ping"]
+            status, _, _ = await self._send(ping.method, ping.template, ping.template)
+            if status == 200:
+                return ADAPTERS[version]
+            if status in (401, 511):
+                raise SlurmAuthError("slurmrestd refused the credentials", status=status)
+        raise SlurmVersionError(f"slurmrestd at {self.base_url} answers none of {list(SUPPORTED_VERSIONS)}")
+
+    # --- transport ------------------------------------------------------------------------
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
+        return self._session
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        template: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | None = None,
+    ) -> tuple[int, Any, _Headers | None]:
+        """One HTTP exchange: (status, parsed JSON or text, headers). Connection trouble raises."""
+        headers = {"Accept": "application/json"}
+        if self.auth is not None:
+            headers.update(await self.auth.headers())
+        session = self._get_session()
+        started = time.monotonic()
+        status: int | None = None
+        try:
+            async with session.request(
+                method,
+                self.base_url + path,
+                params=query,
+                json=body,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+            ) as resp:
+                status = resp.status
+                raw = await resp.read()
+                resp_headers = resp.headers
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
+            raise SlurmUnavailable(f"{method} {template}: {type(exc).__name__}: {exc}") from exc
+        finally:
+            elapsed = time.monotonic() - started
+            log.debug("%s %s -> %s in %.3fs", method, path, status, elapsed)
+            if self.observer is not None:
+                try:
+                    self.observer(method, template, status, elapsed)
+                except Exception:
+                    log.exception("request observer failed")
+        parsed: Any = None
+        if raw:
+            try:
+                parsed = json.loads(raw)
+            except ValueError:
+                parsed = raw.decode(errors="replace")
+        return status, parsed, resp_headers
+
+    async def _call(
+        self,
+        operation: str,
+        *,
+        params: Mapping[str, str | int] | None = None,
+        query: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | None = None,
+        not_modified_ok: bool = False,
+    ) -> tuple[int, Mapping[str, Any], _Headers | None]:
+        adapter = await self.adapter()
+        endpoint = adapter.endpoints.get(operation)
+        if endpoint is None:
+            raise SlurmUnsupported(f"REST {adapter.version} has no {operation}")
+        path = endpoint.path(**(params or {}))
+        status, data, headers = await self._send(
+            endpoint.method, path, endpoint.template, query=query, body=body
+        )
+        if status == 304 and not_modified_ok:
+            return status, {}, headers
+        if isinstance(data, Mapping):
+            errors, warnings = adapter.parse_problems(data)
+            for w in warnings:
+                level = logging.DEBUG if w.description.startswith(_UNCHANGED) else logging.WARNING
+                log.log(
+                    level,
+                    "slurmrestd warning on %s %s: %s (%s)",
+                    endpoint.method,
+                    path,
+                    w.description,
+                    w.source,
+                )
+            if errors:
+                raise api_error(errors, status=status)
+        if status in (401, 511) or (status >= 500 and isinstance(data, str) and "auth" in data.lower()):
+            raise SlurmAuthError(f"{endpoint.method} {path}: authentication failed", status=status)
+        if status >= 300:
+            raise SlurmServerError(f"{endpoint.method} {path}: {str(data or '')[:200]}", status=status)
+        if not isinstance(data, Mapping):
+            raise SlurmResponseError(f"{endpoint.method} {path}: expected a JSON object", status=status)
+        return status, data, headers
+
+    def _server_time(self, headers: _Headers | None, started: float) -> int:
+        """An ``update_time`` for versions whose answer has no ``last_update``: early, never late."""
+        stamp = started
+        date = headers.get("Date") if headers is not None else None
+        if date:
+            with contextlib.suppress(TypeError, ValueError):
+                stamp = min(stamp, parsedate_to_datetime(date).timestamp())
+        return int(stamp - self.clock_margin)
+
+    # --- jobs -----------------------------------------------------------------------------
+
+    async def ping(self) -> tuple[ControllerPing, ...]:
+        """The controllers' ping results. Not a token check: a bad token still answers 200."""
+        adapter = await self.adapter()
+        _, data, _ = await self._call("ping")
+        return adapter.parse_pings(data)
+
+    async def list_jobs(self, *, update_time: int | None = None) -> JobsPage:
+        """All jobs; with ``update_time``, raises NotModified if nothing changed since then."""
+        adapter = await self.adapter()
+        started = time.time()
+        query = {"update_time": str(update_time)} if update_time is not None else None
+        status, data, headers = await self._call(
+            "list_jobs", query=query, not_modified_ok=update_time is not None
+        )
+        page = adapter.parse_jobs(data)
+        unchanged = update_time is not None and "last_update" in adapter.jobs_response_fields
+        if status == 304 or (unchanged and page.update_time is None and not page.jobs):
+            raise NotModified(update_time or 0)
+        if page.update_time is None:
+            page = replace(page, update_time=self._server_time(headers, started))
+        return page
+
+    async def poll_jobs(self) -> JobsPage | None:
+        """``list_jobs`` that remembers the last ``update_time`` itself; None when nothing changed."""
+        try:
+            page = await self.list_jobs(update_time=self._jobs_update_time)
+        except NotModified:
+            return None
+        self._jobs_update_time = page.update_time
+        return page
+
+    async def get_job(self, job_id: int) -> SlurmJob:
+        adapter = await self.adapter()
+        _, data, _ = await self._call("get_job", params={"job_id": job_id})
+        jobs = adapter.parse_jobs(data).jobs
+        for job in jobs:
+            if job.job_id == job_id:
+                return job
+        if jobs:
+            return jobs[0]
+        raise InvalidJobId(f"job {job_id} not found", error_number=2017)
+
+    async def update_job(
+        self,
+        job_id: int,
+        *,
+        required_nodes: Sequence[str] | None = None,
+        constraints: str | None = None,
+        hold: bool | None = None,
+        begin_time: int | None = None,
+        comment: str | None = None,
+    ) -> None:
+        """One POST with the given fields, in this version's shape."""
+        adapter = await self.adapter()
+        body = adapter.job_update_body(
+            required_nodes=required_nodes,
+            constraints=constraints,
+            hold=hold,
+            begin_time=begin_time,
+            comment=comment,
+        )
+        if not body:
+            raise ValueError("update_job needs at least one field")
+        await self._call("update_job", params={"job_id": job_id}, body=body)
+
+    async def pin_and_release(
+        self, job_id: int, *, nodes: Sequence[str], constraints: str, begin_time: int | None = None
+    ) -> None:
+        """Pin to exactly ``nodes`` and the job's feature, and release, in one call.
+
+        Pass ``begin_time`` (now) when releasing a job that was requeue-held, or it waits about two
+        minutes with reason BeginTime. Raises InvalidNodeName/InvalidFeature if the nodes are not
+        all registered yet.
+        """
+        if not nodes:
+            raise ValueError("pin_and_release needs the node names")
+        await self.update_job(
+            job_id, required_nodes=nodes, constraints=constraints, hold=False, begin_time=begin_time
+        )
+
+    async def hold_job(self, job_id: int) -> None:
+        """Hold a pending job (an admin hold when the token is SlurmUser's)."""
+        await self.update_job(job_id, hold=True)
+
+    async def release_job(self, job_id: int) -> None:
+        await self.update_job(job_id, hold=False)
+
+    async def set_comment(self, job_id: int, comment: str) -> None:
+        """Write ``comment`` on the job: where the user reads why the bridge keeps it held."""
+        await self.update_job(job_id, comment=comment)
+
+    async def requeue_hold(self, job_id: int) -> None:
+        """Requeue a running job and keep it held (REST from v0.0.45, else ``scontrol requeuehold``)."""
+        adapter = await self.adapter()
+        if adapter.can_requeue_hold:
+            await self._call("requeue_job", params={"job_id": job_id}, query={"Hold": ""})
+        elif self.scontrol is not None:
+            await self.scontrol.requeue_hold(job_id)
+        else:
+            raise SlurmUnsupported(f"REST {adapter.version} cannot requeue-hold; configure ScontrolCli")
+
+    async def cancel_job(self, job_id: int, *, signal: str | None = None) -> None:
+        await self._call(
+            "cancel_job", params={"job_id": job_id}, query={"signal": signal} if signal else None
+        )
+
+    # --- nodes ----------------------------------------------------------------------------
+
+    async def list_nodes(self, *, update_time: int | None = None) -> NodesPage:
+        adapter = await self.adapter()
+        started = time.time()
+        query = {"update_time": str(update_time)} if update_time is not None else None
+        status, data, headers = await self._call(
+            "list_nodes", query=query, not_modified_ok=update_time is not None
+        )
+        page = adapter.parse_nodes(data)
+        unchanged = update_time is not None and "last_update" in adapter.nodes_response_fields
+        if status == 304 or (unchanged and page.update_time is None and not page.nodes):
+            raise NotModified(update_time or 0)
+        if page.update_time is None:
+            page = replace(page, update_time=self._server_time(headers, started))
+        return page
+
+    async def get_node(self, name: str) -> SlurmNode:
+        """The node; InvalidNodeName when it does not exist (also after a delete)."""
+        adapter = await self.adapter()
+        try:
+            _, data, _ = await self._call("get_node", params={"node_name": name})
+        except SlurmAPIError as exc:
+            # 24.11 after a delete: 200, error 0 "Failure to query node <name>" (source _dump_nodes)
+            if type(exc) is SlurmAPIError and not exc.error_number:
+                raise InvalidNodeName(
+                    exc.description, status=exc.status, error_number=0, source=exc.source, errors=exc.errors
+                ) from exc
+            raise
+        for node in adapter.parse_nodes(data).nodes:
+            if node.name == name:
+                return node
+        raise InvalidNodeName(f"node {name} not found", error_number=2018)
+
+    async def _set_node_state(self, name: str, state: str, reason: str | None) -> None:
+        adapter = await self.adapter()
+        if adapter.can_update_nodes:
+            await self._call(
+                "update_node",
+                params={"node_name": name},
+                body=adapter.node_update_body(state=state, reason=reason),
+            )
+        elif self.scontrol is not None:
+            await self.scontrol.set_node_state(name, state, reason=reason)
+        else:
+            raise SlurmUnsupported(f"REST {adapter.version} cannot update nodes; configure ScontrolCli")
+
+    async def drain_node(self, name: str, *, reason: str) -> None:
+        """Let the running job finish, take no new one."""
+        await self._set_node_state(name, "DRAIN", reason)
+
+    async def down_node(self, name: str, *, reason: str) -> None:
+        """Mark the node DOWN (its pod is gone): a COMPLETING job on it can then finish."""
+        await self._set_node_state(name, "DOWN", reason)
+
+    async def delete_node(
+        self, name: str, *, down_if_busy: bool = True, reason: str = "k8s-bridge: delete"
+    ) -> None:
+        """Delete a dynamic node; if Slurm says it is busy, set it DOWN and delete again."""
+        try:
+            await self._delete_node_once(name)
+        except NodesBusy:
+            if not down_if_busy:
+                raise
+            await self.down_node(name, reason=reason)
+            await self._delete_node_once(name)
+
+    async def _delete_node_once(self, name: str) -> None:
+        adapter = await self.adapter()
+        if adapter.can_delete_nodes:
+            await self._call("delete_node", params={"node_name": name})
+        elif self.scontrol is not None:
+            await self.scontrol.delete_node(name)
+        else:
+            raise SlurmUnsupported(f"REST {adapter.version} cannot delete nodes; configure ScontrolCli")

@@ -1,0 +1,64 @@
+"""Request bodies per REST version: the shapes verified on real 22.05 and 24.11."""
+
+from __future__ import annotations
+
+import pytest
+
+from bridge.slurm.versions import SUPPORTED_VERSIONS, adapter_for
+
+DATA_PARSER = [v for v in SUPPORTED_VERSIONS if v != "v0.0.38"]
+
+
+def test_v0038_pins_with_nodelist() -> None:
+    body = adapter_for("v0.0.38").job_update_body(
+        required_nodes=["b42-0", "b42-1"], constraints="bridge-job-42", hold=False
+    )
+    assert body == {"nodelist": "b42-0,b42-1", "constraints": "bridge-job-42", "hold": False}
+
+
+def test_v0038_begin_time_is_a_plain_number() -> None:
+    assert adapter_for("v0.0.38").job_update_body(hold=False, begin_time=17) == {
+        "hold": False,
+        "begin_time": 17,
+    }
+
+
+def test_v0038_has_no_node_updates() -> None:
+    adapter = adapter_for("0.0.38")
+    assert not adapter.can_update_nodes
+    assert not adapter.can_delete_nodes
+    assert not adapter.can_requeue_hold
+    with pytest.raises(NotImplementedError):
+        adapter.node_update_body(state="DRAIN", reason="x")
+
+
+@pytest.mark.parametrize("version", DATA_PARSER)
+def test_data_parser_pins_at_top_level(version: str) -> None:
+    adapter = adapter_for(version)
+    body = adapter.job_update_body(
+        required_nodes=["dyn1"], constraints="bridge-job-1", hold=False, begin_time=5
+    )
+    assert "job" not in body  # a {"job": ...} wrapper is ignored by slurmrestd with a warning
+    assert body == {
+        "required_nodes": ["dyn1"],
+        "constraints": "bridge-job-1",
+        "hold": False,
+        "begin_time": {"set": True, "infinite": False, "number": 5},
+    }
+    assert adapter.node_update_body(state="DRAIN", reason="done") == {"state": ["DRAIN"], "reason": "done"}
+    assert adapter.can_update_nodes
+    assert adapter.can_delete_nodes
+    assert adapter.can_requeue_hold == (version == "v0.0.45")
+
+
+@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+def test_only_given_fields_are_sent(version: str) -> None:
+    adapter = adapter_for(version)
+    assert adapter.job_update_body(comment="why") == {"comment": "why"}
+    assert adapter.job_update_body(hold=True) == {"hold": True}
+    assert adapter.job_update_body() == {}
+
+
+def test_unknown_version_is_refused() -> None:
+    with pytest.raises(KeyError):
+        adapter_for("v0.0.39")

@@ -1,0 +1,427 @@
+"""The client against a scripted slurmrestd on a real local socket.
+
+The server answers what the test scripts (real response bodies where they exist) and records
+every request, so version detection, 304 polling, error mapping, request bodies and auth headers
+are checked on the wire. The real slurmrestd runs in tests/integration.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from bridge.slurm import (
+    FileToken,
+    InvalidFeature,
+    InvalidNodeName,
+    JwtAuth,
+    NodesBusy,
+    NotModified,
+    ScontrolCli,
+    SlurmAuthError,
+    SlurmClient,
+    SlurmServerError,
+    SlurmUnavailable,
+    SlurmUnsupported,
+    SlurmVersionError,
+    StaticToken,
+)
+
+DATA = Path(__file__).parent / "data"
+TOKEN = "eyJhbGciOiJIUzI1NiJ9.secret-token-value"
+
+
+def ref(name: str) -> Any:
+    return json.loads((DATA / name).read_text(encoding="utf-8"))
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    body: Any
+
+
+Reply = Callable[[], web.Response]
+
+
+@dataclass
+class Scripted:
+    """A slurmrestd stand-in: (method, path) -> queue of replies; unknown URLs get 404."""
+
+    url: str = ""
+    routes: dict[tuple[str, str], list[Reply]] = field(default_factory=dict)
+    seen: list[Seen] = field(default_factory=list)
+
+    def on(self, method: str, path: str, *replies: Reply) -> None:
+        self.routes.setdefault((method, path), []).extend(replies)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        self.seen.append(
+            Seen(
+                request.method,
+                request.path,
+                dict(request.query),
+                dict(request.headers),
+                json.loads(raw) if raw else None,
+            )
+        )
+        queue = self.routes.get((request.method, request.path))
+        if not queue:
+            return web.Response(status=404, text="Unable to find requested URL endpoint")
+        reply = queue.pop(0) if len(queue) > 1 else queue[0]
+        return reply()
+
+
+def ok(body: Any, status: int = 200, **headers: str) -> Reply:
+    return lambda: web.json_response(body, status=status, headers=headers)
+
+
+def raw(status: int, text: str | None = None) -> Reply:
+    return lambda: web.Response(status=status, text=text)
+
+
+def empty(errors: list[dict[str, Any]] | None = None, status: int = 200) -> Reply:
+    return ok({"meta": {}, "errors": errors or [], "warnings": []}, status=status)
+
+
+def openapi_paths(*versions: str) -> Reply:
+    return ok({"openapi": "3.0.3", "paths": {f"/slurm/{v}/jobs/": {} for v in versions}})
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[Scripted]:
+    scripted = Scripted()
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", scripted.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    scripted.url = f"http://127.0.0.1:{port}"
+    yield scripted
+    await runner.cleanup()
+
+
+def client(server: Scripted, **kwargs: Any) -> SlurmClient:
+    auth = JwtAuth(user_name="slurm", token=StaticToken(TOKEN))
+    return SlurmClient(server.url, auth=auth, timeout=5, **kwargs)
+
+
+async def test_detects_newest_version_from_openapi(server: Scripted) -> None:
+    server.on("GET", "/openapi/v3", openapi_paths("v0.0.40", "v0.0.41", "v0.0.42", "v0.0.39"))
+    server.on(
+        "GET", "/slurm/v0.0.42/ping/", ok({"pings": [{"hostname": "c", "responding": True, "latency": 9}]})
+    )
+    async with client(server) as slurm:
+        (ping,) = await slurm.ping()
+        assert slurm.rest_version == "v0.0.42"
+        assert ping.responding
+        assert ping.latency_us == 9
+        await slurm.ping()
+    assert [s.path for s in server.seen].count("/openapi/v3") == 1  # cached
+
+
+async def test_detects_by_ping_without_openapi(server: Scripted) -> None:
+    server.on("GET", "/slurm/v0.0.38/ping", ok({"pings": [{"hostname": "c", "ping": "UP"}], "errors": []}))
+    async with client(server) as slurm:
+        (ping,) = await slurm.ping()
+        assert slurm.rest_version == "v0.0.38"
+        assert ping.responding
+    tried = [s.path for s in server.seen]
+    assert tried[:3] == ["/openapi/v3", "/slurm/v0.0.45/ping/", "/slurm/v0.0.44/ping/"]
+
+
+async def test_no_supported_version(server: Scripted) -> None:
+    server.on("GET", "/openapi/v3", openapi_paths("v0.0.37", "v0.0.39"))
+    async with client(server) as slurm:
+        with pytest.raises(SlurmVersionError, match=r"v0\.0\.39"):
+            await slurm.ping()
+
+
+async def test_poll_with_update_time_and_304(server: Scripted) -> None:
+    held = ref("rest-24.11-jobs-held-v0.0.42.json")
+    server.on("GET", "/slurm/v0.0.42/jobs/", ok(held), raw(304))
+    async with client(server, version="v0.0.42") as slurm:
+        page = await slurm.poll_jobs()
+        assert page is not None
+        assert page.update_time == 1796035547
+        assert [j.job_id for j in page.jobs] == [1]
+        assert await slurm.poll_jobs() is None
+        with pytest.raises(NotModified):
+            await slurm.list_jobs(update_time=1796035547)
+    assert server.seen[0].query == {}
+    assert server.seen[1].query == {"update_time": "1796035547"}
+
+
+async def test_data_parser_no_change_answer_is_not_modified(
+    server: Scripted, caplog: pytest.LogCaptureFixture
+) -> None:
+    # what 24.11 (v0.0.42) really answers when nothing changed: 200, no jobs, last_update 0
+    unchanged = {
+        "jobs": [],
+        "last_backfill": {"set": True, "infinite": False, "number": 0},
+        "last_update": {"set": True, "infinite": False, "number": 0},
+        "errors": [],
+        "warnings": [
+            {"description": "No job changes since update_time[1796039405]", "source": "op_handler_jobs"}
+        ],
+    }
+    server.on("GET", "/slurm/v0.0.42/jobs/", ok(unchanged))
+    server.on("GET", "/slurm/v0.0.42/nodes/", raw(304))
+    async with client(server, version="v0.0.42") as slurm:
+        with pytest.raises(NotModified):
+            await slurm.list_jobs(update_time=1796039405)
+        with pytest.raises(NotModified):
+            await slurm.list_nodes(update_time=1796039405)
+    assert "No job changes" not in [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_v0038_empty_list_is_not_mistaken_for_no_change(server: Scripted) -> None:
+    server.on("GET", "/slurm/v0.0.38/jobs", ok({"jobs": [], "errors": []}))
+    async with client(server, version="v0.0.38") as slurm:
+        page = await slurm.list_jobs(update_time=5)
+    assert page.jobs == ()
+    assert page.update_time is not None
+
+
+async def test_v0038_update_time_comes_from_date_header(server: Scripted) -> None:
+    body = ref("rest-v0.0.38-job17.json")
+    server.on("GET", "/slurm/v0.0.38/jobs", ok(body, Date="Tue, 15 Nov 1994 08:12:31 GMT"))
+    async with client(server, version="v0.0.38") as slurm:
+        page = await slurm.list_jobs()
+    assert page.update_time == 784887151 - 2  # the server's clock, minus the margin
+    assert page.jobs[0].job_id == 17
+
+
+async def test_errors_in_a_200_answer_are_typed(server: Scripted, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    entry = {
+        "description": "Invalid node name specified",
+        "error_number": 2018,
+        "error": "x",
+        "source": "slurm_update_job",
+    }
+    server.on(
+        "POST",
+        "/slurm/v0.0.42/job/5",
+        ok({"errors": [entry], "warnings": [{"description": "Ignoring unknown field", "source": "job"}]}),
+    )
+    async with client(server, version="v0.0.42") as slurm:
+        with pytest.raises(InvalidNodeName) as info:
+            await slurm.pin_and_release(5, nodes=["b5-0"], constraints="bridge-job-5")
+    err = info.value
+    assert (err.error_number, err.source, err.status) == (2018, "slurm_update_job", 200)
+    assert "Invalid node name" in str(err)
+    assert "Ignoring unknown field" in caplog.text
+    assert TOKEN not in caplog.text
+
+
+async def test_v0038_error_shape(server: Scripted) -> None:
+    server.on(
+        "POST",
+        "/slurm/v0.0.38/job/5",
+        ok({"errors": [{"error": "Invalid feature specification", "error_number": 2029}]}),
+    )
+    async with client(server, version="v0.0.38") as slurm:
+        with pytest.raises(InvalidFeature, match="Invalid feature"):
+            await slurm.pin_and_release(5, nodes=["b5-0"], constraints="bridge-job-5")
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        (raw(500, "Authentication failure"), SlurmAuthError),
+        (raw(401), SlurmAuthError),
+        (
+            ok({"errors": [{"error_number": 1007, "description": "Protocol authentication error"}]}, 511),
+            SlurmAuthError,
+        ),
+        (raw(500), SlurmServerError),
+        (raw(502, "bad gateway"), SlurmServerError),
+    ],
+)
+async def test_http_failures(server: Scripted, reply: Reply, expected: type[Exception]) -> None:
+    server.on("GET", "/slurm/v0.0.42/jobs/", reply)
+    async with client(server, version="v0.0.42") as slurm:
+        with pytest.raises(expected) as info:
+            await slurm.list_jobs()
+    assert TOKEN not in str(info.value)
+
+
+async def test_connection_refused_and_observer() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    calls: list[tuple[str, str, int | None, float]] = []
+    slurm = SlurmClient(f"http://127.0.0.1:{port}", version="v0.0.42", observer=lambda *a: calls.append(a))
+    async with slurm:
+        with pytest.raises(SlurmUnavailable):
+            await slurm.get_job(3)
+    assert calls[0][:3] == ("GET", "/slurm/v0.0.42/job/{job_id}", None)
+
+
+async def test_observer_sees_templates_and_status(server: Scripted) -> None:
+    server.on("GET", "/slurm/v0.0.42/job/3", ok(ref("rest-24.11-job2-requeuehold-v0.0.42.json")))
+    calls: list[tuple[str, str, int | None, float]] = []
+    async with client(server, version="v0.0.42", observer=lambda *a: calls.append(a)) as slurm:
+        job = await slurm.get_job(3)
+    assert job.job_id == 2  # the only entry returned
+    assert calls[0][:3] == ("GET", "/slurm/v0.0.42/job/{job_id}", 200)
+    assert calls[0][3] >= 0
+
+
+@pytest.mark.parametrize(
+    ("version", "path", "expected"),
+    [
+        (
+            "v0.0.38",
+            "/slurm/v0.0.38/job/42",
+            {"nodelist": "b42-0,b42-1", "constraints": "bridge-job-42", "hold": False},
+        ),
+        (
+            "v0.0.42",
+            "/slurm/v0.0.42/job/42",
+            {"required_nodes": ["b42-0", "b42-1"], "constraints": "bridge-job-42", "hold": False},
+        ),
+        (
+            "v0.0.45",
+            "/slurm/v0.0.45/job/42",
+            {"required_nodes": ["b42-0", "b42-1"], "constraints": "bridge-job-42", "hold": False},
+        ),
+    ],
+)
+async def test_pin_and_release_is_one_call(server: Scripted, version: str, path: str, expected: Any) -> None:
+    server.on("POST", path, empty())
+    async with client(server, version=version) as slurm:
+        await slurm.pin_and_release(42, nodes=["b42-0", "b42-1"], constraints="bridge-job-42")
+    (seen,) = server.seen
+    assert seen.body == expected
+    assert seen.headers["X-SLURM-USER-NAME"] == "slurm"
+    assert seen.headers["X-SLURM-USER-TOKEN"] == TOKEN
+
+
+async def test_release_after_requeuehold_sets_begin_time(server: Scripted) -> None:
+    server.on("POST", "/slurm/v0.0.42/job/2", empty())
+    async with client(server, version="v0.0.42") as slurm:
+        await slurm.pin_and_release(2, nodes=["dyn1"], constraints="bridge-job-2", begin_time=1796035700)
+        await slurm.set_comment(2, 'k8s-bridge: needs 100000 nodes; "quoted" $(x)')
+        await slurm.hold_job(2)
+    assert server.seen[0].body["begin_time"] == {"set": True, "infinite": False, "number": 1796035700}
+    assert server.seen[1].body == {"comment": 'k8s-bridge: needs 100000 nodes; "quoted" $(x)'}
+    assert server.seen[2].body == {"hold": True}
+
+
+async def test_drain_and_delete_busy_node_over_rest(server: Scripted) -> None:
+    busy = {"error_number": 2016, "description": "Requested nodes are busy", "source": "slurm_delete_node"}
+    server.on("POST", "/slurm/v0.0.42/node/b42-0", empty())
+    server.on("DELETE", "/slurm/v0.0.42/node/b42-0", empty([busy], status=500), empty())
+    async with client(server, version="v0.0.42") as slurm:
+        await slurm.drain_node("b42-0", reason="job 42 finished")
+        await slurm.delete_node("b42-0")
+        server.on("DELETE", "/slurm/v0.0.42/node/b42-1", empty([busy], status=500))
+        with pytest.raises(NodesBusy):
+            await slurm.delete_node("b42-1", down_if_busy=False)
+    steps = [(s.method, s.path, s.body) for s in server.seen]
+    assert steps[:4] == [
+        ("POST", "/slurm/v0.0.42/node/b42-0", {"state": ["DRAIN"], "reason": "job 42 finished"}),
+        ("DELETE", "/slurm/v0.0.42/node/b42-0", None),
+        ("POST", "/slurm/v0.0.42/node/b42-0", {"state": ["DOWN"], "reason": "k8s-bridge: delete"}),
+        ("DELETE", "/slurm/v0.0.42/node/b42-0", None),
+    ]
+
+
+async def test_deleted_node_lookup_is_invalid_node_name(server: Scripted) -> None:
+    gone = {"error_number": 2018, "description": "Invalid node name specified", "source": "slurm_load_node"}
+    server.on("GET", "/slurm/v0.0.42/node/dyn1", ok({"nodes": [], "errors": [gone]}))
+    async with client(server, version="v0.0.42") as slurm:
+        with pytest.raises(InvalidNodeName):
+            await slurm.get_node("dyn1")
+
+
+async def test_2411_deleted_node_lookup(server: Scripted) -> None:
+    entry = {"description": "Failure to query node c1-0", "error_number": 0, "source": "_dump_nodes"}
+    server.on("GET", "/slurm/v0.0.42/node/c1-0", ok({"nodes": [], "errors": [entry], "warnings": []}))
+    async with client(server, version="v0.0.42") as slurm:
+        with pytest.raises(InvalidNodeName, match="Failure to query node"):
+            await slurm.get_node("c1-0")
+
+
+async def test_v0038_error_known_only_by_its_text(server: Scripted) -> None:
+    # 22.05, GET of a deleted node: HTTP 500 with number 0 and Slurm's text
+    entry = {"error": "Invalid node name specified", "error_number": 0}
+    server.on("GET", "/slurm/v0.0.38/node/dyn1", ok({"nodes": [], "errors": [entry]}, status=500))
+    async with client(server, version="v0.0.38") as slurm:
+        with pytest.raises(InvalidNodeName) as info:
+            await slurm.get_node("dyn1")
+    assert info.value.error_number == 2018
+    assert info.value.status == 500
+
+
+class RecordingCli(ScontrolCli):
+    def __init__(self) -> None:
+        super().__init__(auth=None)
+        self.calls: list[tuple[str, ...]] = []
+
+    async def run(self, *args: str) -> str:
+        self.calls.append(args)
+        return ""
+
+
+async def test_v0038_node_operations_need_scontrol(server: Scripted) -> None:
+    async with client(server, version="v0.0.38") as slurm:
+        with pytest.raises(SlurmUnsupported):
+            await slurm.drain_node("b1", reason="done")
+        with pytest.raises(SlurmUnsupported):
+            await slurm.requeue_hold(7)
+    cli = RecordingCli()
+    async with client(server, version="v0.0.38", scontrol=cli) as slurm:
+        await slurm.drain_node("b1", reason="done\nnow")
+        await slurm.delete_node("b1")
+        await slurm.requeue_hold(7)
+    assert cli.calls == [
+        ("update", "nodename=b1", "state=DRAIN", "reason=done now"),
+        ("delete", "nodename=b1"),
+        ("requeuehold", "7"),
+    ]
+    assert server.seen == []
+
+
+async def test_requeue_hold_over_rest_from_v0045(server: Scripted) -> None:
+    server.on("GET", "/slurm/v0.0.45/job/7/requeue", empty())
+    async with client(server, version="v0.0.45") as slurm:
+        await slurm.requeue_hold(7)
+    assert server.seen[0].query == {"Hold": ""}
+
+
+async def test_token_file_is_reread_when_it_changes(server: Scripted, tmp_path: Path) -> None:
+    path = tmp_path / "token"
+    path.write_text("SLURM_JWT=first\n")
+    server.on("GET", "/slurm/v0.0.42/ping/", ok({"pings": []}))
+    auth = JwtAuth(user_name="slurm", token=FileToken(path))
+    async with SlurmClient(server.url, auth=auth, version="v0.0.42") as slurm:
+        await slurm.ping()
+        path.write_text("second-and-longer\n")
+        await slurm.ping()
+        assert "first" not in repr(slurm)
+        assert "second" not in repr(slurm)
+    assert [s.headers["X-SLURM-USER-TOKEN"] for s in server.seen] == ["first", "second-and-longer"]
+
+
+async def test_cancel_with_signal(server: Scripted) -> None:
+    server.on("DELETE", "/slurm/v0.0.42/job/9", empty())
+    async with client(server, version="v0.0.42") as slurm:
+        await slurm.cancel_job(9, signal="KILL")
+    assert server.seen[0].query == {"signal": "KILL"}
