@@ -1,0 +1,226 @@
+"""The in-memory store behind an informer: plain dicts by key, with indexes.
+
+In Python the cost of an operator is its cache: every watched object lives here as a decoded dict,
+so the store keeps objects as the JSON decoder made them (no models), drops what nobody reads
+(``metadata.managedFields`` by default, through a transform hook applied before storing), and can
+intern repeated strings (:func:`compact`) where memory matters more than decode speed. Typed views
+are built on request, one object at a time (:meth:`Store.get_as`).
+
+Objects in the store are shared with every handler and reader: treat them as read-only, as with
+client-go's cache.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from bridge.runtime.handlers import Object
+
+__all__ = [
+    "IndexFunc",
+    "KeyFunc",
+    "Store",
+    "Transform",
+    "compact",
+    "meta_namespace_key",
+    "strip_managed_fields",
+]
+
+Transform = Callable[[Object], Object]
+"""Applied to every object before it is stored (and before handlers see it); may mutate and return it."""
+IndexFunc = Callable[[Object], list[str]]
+"""The index values of an object (client-go's ``IndexFunc``)."""
+KeyFunc = Callable[[Object], str]
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def meta_namespace_key(obj: Object) -> str:
+    """``namespace/name``, or ``name`` for cluster-scoped objects (client-go's MetaNamespaceKeyFunc)."""
+    metadata = obj["metadata"]
+    namespace = metadata.get("namespace")
+    return f"{namespace}/{metadata['name']}" if namespace else str(metadata["name"])
+
+
+def strip_managed_fields(obj: Object) -> Object:
+    """The default transform: ``managedFields`` is a third of a typical object and nobody reads it."""
+    metadata = obj.get("metadata")
+    if metadata is not None:
+        metadata.pop("managedFields", None)
+    return obj
+
+
+_interned: dict[str, str] = {}
+_INTERN_MAX_LEN = 64
+
+
+def _compact_value(value: Any) -> Any:
+    kind = type(value)
+    if kind is dict:
+        intern = _interned.setdefault
+        return {intern(k, k): _compact_value(v) for k, v in value.items()}
+    if kind is list:
+        return [_compact_value(v) for v in value]
+    if kind is str and len(value) <= _INTERN_MAX_LEN:
+        return _interned.setdefault(value, value)
+    return value
+
+
+def compact(obj: Object) -> Object:
+    """Strip managedFields and share every key and short string among all cached objects.
+
+    Halves the memory of :func:`strip_managed_fields` again (keys such as ``"metadata"`` and values
+    such as ``"IfNotPresent"`` exist once), at about twice the decode cost: use it for large caches
+    of slowly changing objects. The intern table only grows; its strings are the vocabulary of the
+    watched objects, bounded in practice.
+    """
+    if len(_interned) > 1_000_000:  # a pathological vocabulary (random values): stop growing
+        _interned.clear()
+    result: Object = _compact_value(strip_managed_fields(obj))
+    return result
+
+
+class Store:
+    """Objects by key plus named indexes; mutated only by the source that owns it."""
+
+    __slots__ = ("_indexers", "_indices", "_items", "key_func", "transform")
+
+    def __init__(
+        self,
+        *,
+        key_func: KeyFunc = meta_namespace_key,
+        transform: Transform | None = strip_managed_fields,
+        indexers: dict[str, IndexFunc] | None = None,
+    ) -> None:
+        self.key_func = key_func
+        self.transform = transform
+        self._items: dict[str, Object] = {}
+        self._indexers: dict[str, IndexFunc] = {}
+        self._indices: dict[str, dict[str, set[str]]] = {}
+        for name, func in (indexers or {}).items():
+            self.add_indexer(name, func)
+
+    # --- reads ------------------------------------------------------------------------------------
+
+    def get(self, key: str) -> Object | None:
+        return self._items.get(key)
+
+    def get_as(self, key: str, model: type[M]) -> M | None:
+        """A typed (pydantic) view of one object, validated now; None when absent."""
+        obj = self._items.get(key)
+        return None if obj is None else model.model_validate(obj)
+
+    def list(self) -> list[Object]:
+        return list(self._items.values())
+
+    def keys(self) -> builtins.list[str]:
+        return list(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def __iter__(self) -> Iterator[Object]:
+        return iter(list(self._items.values()))
+
+    def by_index(self, index: str, value: str) -> builtins.list[Object]:
+        """Objects whose ``index`` function returned ``value``."""
+        items = self._items
+        return [items[k] for k in self._indices[index].get(value, ())]
+
+    def index_keys(self, index: str, value: str) -> builtins.list[str]:
+        return sorted(self._indices[index].get(value, ()))
+
+    def index_values(self, index: str) -> builtins.list[str]:
+        return [v for v, keys in self._indices[index].items() if keys]
+
+    @property
+    def indexer_names(self) -> frozenset[str]:
+        return frozenset(self._indexers)
+
+    def add_indexer(self, name: str, func: IndexFunc) -> None:
+        """Add an index (also over the objects already stored)."""
+        if name in self._indexers:
+            raise ValueError(f"indexer {name!r} exists")
+        self._indexers[name] = func
+        index: dict[str, set[str]] = {}
+        self._indices[name] = index
+        for key, obj in self._items.items():
+            for value in func(obj):
+                index.setdefault(value, set()).add(key)
+
+    # --- mutations (by the owning informer or source) ---------------------------------------------
+
+    def put(self, obj: Object) -> tuple[Object | None, Object]:
+        """Transform and store ``obj``; return ``(old, new)``."""
+        if self.transform is not None:
+            obj = self.transform(obj)
+        key = self.key_func(obj)
+        items = self._items
+        old = items.get(key)
+        items[key] = obj
+        if self._indexers:
+            self._reindex(key, old, obj)
+        return old, obj
+
+    def pop(self, key: str) -> Object | None:
+        old = self._items.pop(key, None)
+        if old is not None and self._indexers:
+            self._reindex(key, old, None)
+        return old
+
+    def key_of(self, obj: Object) -> str:
+        return self.key_func(obj)
+
+    def replace(
+        self, objects: Iterable[Object]
+    ) -> tuple[builtins.list[Object], builtins.list[tuple[Object | None, Object]]]:
+        """Make the store hold exactly ``objects``.
+
+        Returns the objects that vanished (last known state) and the ``(old, new)`` pairs for the rest,
+        so the caller can deliver deletes before adds and updates.
+        """
+        transform, key_func = self.transform, self.key_func
+        fresh: dict[str, Object] = {}
+        for raw in objects:
+            obj = transform(raw) if transform is not None else raw
+            fresh[key_func(obj)] = obj
+        items = self._items
+        vanished = [items[k] for k in items.keys() - fresh.keys()]
+        changes = [(items.get(k), obj) for k, obj in fresh.items()]
+        self._items = fresh
+        if self._indexers:
+            for name, func in self._indexers.items():
+                index: dict[str, set[str]] = {}
+                for key, obj in fresh.items():
+                    for value in func(obj):
+                        index.setdefault(value, set()).add(key)
+                self._indices[name] = index
+        return vanished, changes
+
+    def _reindex(self, key: str, old: Object | None, new: Object | None) -> None:
+        for name, func in self._indexers.items():
+            before = func(old) if old is not None else ()
+            after = func(new) if new is not None else ()
+            if before == after:
+                continue
+            index = self._indices[name]
+            for value in before:
+                keys = index.get(value)
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del index[value]
+            for value in after:
+                index.setdefault(value, set()).add(key)
+
+
+def interned_count() -> int:
+    """How many distinct strings :func:`compact` shares (for diagnostics)."""
+    return len(_interned)

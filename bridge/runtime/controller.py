@@ -1,0 +1,327 @@
+"""A controller: watched sources feed keys into a work queue; N workers reconcile them.
+
+The contract, as in controller-runtime, is level-based: a ``Request`` carries only a key
+(namespace, name), never the event that caused it. The reconciler reads the current state of the
+world (the cache, the API, Slurm), makes it converge one step, and returns a ``Result``. So a burst
+of changes costs one reconcile, a missed event is healed by the next one, and a crash is recovered
+by reading the world again.
+
+Result handling follows controller-runtime's order: an exception -> requeue with the rate limiter's
+backoff (a ``TerminalError`` is logged and counted but not retried); ``Result(requeue_after=s)`` ->
+forget the failures, reconcile again in ``s`` seconds; otherwise forget. Each reconcile runs with a
+fresh ``reconcile_id`` (and the controller and key) bound into structlog's context variables, so
+every log line it writes carries them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import secrets
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
+
+import structlog
+from prometheus_client import CollectorRegistry
+
+from bridge.runtime.handlers import Object, Source
+from bridge.runtime.metrics import REGISTRY, runtime_metrics
+from bridge.runtime.queue import WorkQueue
+from bridge.runtime.ratelimit import RateLimiter
+
+__all__ = [
+    "CacheSyncTimeoutError",
+    "Controller",
+    "Mapper",
+    "Reconciler",
+    "Request",
+    "Result",
+    "TerminalError",
+    "label_mapper",
+    "own_key",
+    "owner_mapper",
+]
+
+log = structlog.get_logger(__name__)
+
+_SYNC_POLL_INTERVAL = 0.1  # client-go's WaitForCacheSync polls every 100 ms
+
+
+class Request(NamedTuple):
+    """The key of one object to reconcile; ``namespace`` is ``""`` for cluster-scoped objects.
+
+    A named tuple: immutable, hashable and compared in C, which keeps the work queue fast.
+    """
+
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+    @classmethod
+    def of(cls, obj: Object) -> Request:
+        """The request for ``obj`` itself, from its ``metadata``."""
+        meta = obj.get("metadata") or {}
+        return cls(meta.get("namespace") or "", meta.get("name") or "")
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """What a reconcile asks for: nothing more (the default), or to run again after some seconds."""
+
+    requeue_after: float | None = None
+
+
+class TerminalError(Exception):
+    """The reconcile failed in a way retrying cannot fix: logged and counted, never requeued.
+
+    Raise it ``from`` the underlying error. A later change to the object still queues it again.
+    """
+
+
+class CacheSyncTimeoutError(TimeoutError):
+    """The watched sources did not finish their first list within the controller's timeout."""
+
+
+class Reconciler(Protocol):
+    """Drives the world one step toward the state the object at ``request`` asks for."""
+
+    async def reconcile(self, request: Request) -> Result: ...
+
+
+Mapper = Callable[[Object], Iterable[Request]]
+"""Maps a changed object to the requests it affects (its own key, its owner's, ...)."""
+
+
+def own_key(obj: Object) -> tuple[Request, ...]:
+    """The object's own key: the default mapping."""
+    return (Request.of(obj),)
+
+
+def owner_mapper(
+    *, kind: str, group: str = "", controller_only: bool = True, cluster_scoped: bool = False
+) -> Mapper:
+    """Map an object to its owners of ``kind`` in API ``group`` (``""`` is the core group).
+
+    With ``controller_only`` (the default) only the owner reference marked ``controller: true``
+    counts, as controller-runtime's ``EnqueueRequestForOwner(..., OnlyControllerOwner())``.
+    """
+
+    def mapper(obj: Object) -> tuple[Request, ...]:
+        meta = obj.get("metadata") or {}
+        namespace = "" if cluster_scoped else meta.get("namespace") or ""
+        out = []
+        for ref in meta.get("ownerReferences") or ():
+            if controller_only and not ref.get("controller"):
+                continue
+            api_version = ref.get("apiVersion") or ""
+            ref_group = api_version.rpartition("/")[0]
+            if ref.get("kind") == kind and ref_group == group and ref.get("name"):
+                out.append(Request(namespace, ref["name"]))
+        return tuple(out)
+
+    return mapper
+
+
+def label_mapper(label: str, *, namespace: str | None = None) -> Mapper:
+    """Map an object to the request named by the value of its label ``label``.
+
+    The request is in the object's namespace unless ``namespace`` is given (``""``: cluster-scoped).
+    Objects without the label map to nothing.
+    """
+
+    def mapper(obj: Object) -> tuple[Request, ...]:
+        meta = obj.get("metadata") or {}
+        value = (meta.get("labels") or {}).get(label)
+        if not value:
+            return ()
+        return (Request(meta.get("namespace") or "" if namespace is None else namespace, value),)
+
+    return mapper
+
+
+class _Enqueuer:
+    """The event handler a controller registers on each watched source."""
+
+    __slots__ = ("_controller", "_map", "_queue")
+
+    def __init__(self, queue: WorkQueue[Request], map_to: Mapper, controller: str) -> None:
+        self._queue = queue
+        self._map = map_to
+        self._controller = controller
+
+    def _enqueue(self, obj: Object) -> None:
+        try:
+            requests = self._map(obj)
+        except Exception:
+            # A mapper bug must not break the source that calls us; the object is skipped.
+            log.exception("mapping an object to requests failed", controller=self._controller)
+            return
+        for request in requests:
+            self._queue.add(request)
+
+    def on_add(self, obj: Object, *, is_initial_list: bool) -> None:
+        self._enqueue(obj)
+
+    def on_update(self, old: Object, new: Object) -> None:
+        # Both: a changed owner or label moves the object from one request to another.
+        self._enqueue(new)
+        self._enqueue(old)
+
+    def on_delete(self, obj: Object) -> None:
+        self._enqueue(obj)
+
+
+class Controller:
+    """Reconciles the requests its watched sources produce, with ``max_concurrent_reconciles`` workers.
+
+    ``watch`` the sources, then ``await run()``: it registers the handlers, waits until every
+    source has synced (``CacheSyncTimeoutError`` after ``cache_sync_timeout`` seconds), and runs
+    the workers until ``stop()`` (in-flight reconciles finish; queued keys are dropped, the next
+    start lists them again) or until cancelled (in-flight reconciles are cancelled too).
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        reconciler: Reconciler,
+        max_concurrent_reconciles: int = 1,
+        rate_limiter: RateLimiter | None = None,
+        cache_sync_timeout: float = 120.0,
+        registry: CollectorRegistry = REGISTRY,
+    ) -> None:
+        if not name:
+            raise ValueError("a controller needs a name (it labels its metrics and logs)")
+        if max_concurrent_reconciles < 1:
+            raise ValueError(f"max_concurrent_reconciles must be >= 1, got {max_concurrent_reconciles}")
+        self.name = name
+        self._reconciler = reconciler
+        self._workers = max_concurrent_reconciles
+        self._cache_sync_timeout = cache_sync_timeout
+        self._queue: WorkQueue[Request] = WorkQueue(name=name, rate_limiter=rate_limiter, registry=registry)
+        self._watches: list[tuple[Source, Mapper]] = []
+        self._started = False
+        self._stopping = False
+        self._synced = False
+        # Reconcile ids: a random prefix per controller instance and a counter, unique across
+        # replicas and restarts, and far cheaper per reconcile than a UUID.
+        self._id_prefix = f"{secrets.token_hex(4)}-"
+        self._ids = itertools.count(1)
+        metrics = runtime_metrics(registry)
+        # Every result label exists from the start (at 0), as controller-runtime initialises them.
+        self._m_success, self._m_error, _, self._m_requeue_after = (
+            metrics.reconcile_total.labels(name, result)
+            for result in ("success", "error", "requeue", "requeue_after")
+        )
+        self._m_errors = metrics.reconcile_errors_total.labels(name)
+        self._m_terminal = metrics.terminal_reconcile_errors_total.labels(name)
+        self._m_time = metrics.reconcile_time_seconds.labels(name)
+        self._m_active = metrics.active_workers.labels(name)
+        self._m_max = metrics.max_concurrent_reconciles.labels(name)
+
+    @property
+    def queue(self) -> WorkQueue[Request]:
+        return self._queue
+
+    def has_synced(self) -> bool:
+        """True once every watched source has synced and the workers run."""
+        return self._synced
+
+    def watch(self, source: Source, *, map_to: Mapper = own_key) -> None:
+        """Reconcile the requests ``map_to`` gives for each object ``source`` adds, updates or deletes."""
+        if self._started:
+            raise RuntimeError(f"controller {self.name}: watch() after run()")
+        self._watches.append((source, map_to))
+
+    def stop(self) -> None:
+        """Stop taking keys; ``run`` returns once the in-flight reconciles have finished."""
+        self._stopping = True
+        self._queue.shutdown()
+
+    async def run(self) -> None:
+        if self._started:
+            raise RuntimeError(f"controller {self.name} already ran")
+        self._started = True
+        bound = log.bind(controller=self.name)
+        try:
+            for source, map_to in self._watches:
+                source.add_handler(_Enqueuer(self._queue, map_to, self.name))
+            await self._wait_for_sync()
+            if self._stopping:
+                return
+            self._synced = True
+            self._m_max.set(self._workers)
+            bound.info("starting workers", worker_count=self._workers)
+            async with asyncio.TaskGroup() as tg:
+                for i in range(self._workers):
+                    tg.create_task(self._work(), name=f"controller {self.name} worker {i}")
+            bound.info("all workers finished")
+        finally:
+            self._synced = False
+            self._queue.shutdown()
+
+    async def _wait_for_sync(self) -> None:
+        sources = [source for source, _ in self._watches]
+        deadline = time.monotonic() + self._cache_sync_timeout
+        while not self._stopping and not all(source.has_synced() for source in sources):
+            if time.monotonic() >= deadline:
+                raise CacheSyncTimeoutError(
+                    f"controller {self.name}: timed out waiting for caches to sync "
+                    f"after {self._cache_sync_timeout} s"
+                )
+            await asyncio.sleep(_SYNC_POLL_INTERVAL)
+
+    async def _work(self) -> None:
+        # Each worker is a task with its own copy of the context: values bound here (and per
+        # reconcile below) are seen only by this worker's reconciles and need no unbinding.
+        structlog.contextvars.bind_contextvars(controller=self.name)
+        queue = self._queue
+        while True:
+            request = await queue.get()
+            if request is None:
+                return
+            if self._stopping:
+                queue.done(request)
+                return
+            self._m_active.inc()
+            try:
+                await self._reconcile(request)
+            finally:
+                self._m_active.dec()
+                queue.done(request)
+
+    async def _reconcile(self, request: Request) -> None:
+        queue = self._queue
+        started = time.perf_counter()
+        structlog.contextvars.bind_contextvars(
+            namespace=request.namespace,
+            name=request.name,
+            reconcile_id=f"{self._id_prefix}{next(self._ids):x}",
+        )
+        try:
+            result: Any = await self._reconciler.reconcile(request)
+            if not isinstance(result, Result):
+                raise TypeError(f"reconcile returned {type(result).__name__}, not Result")
+        except TerminalError:
+            self._m_terminal.inc()
+            self._m_errors.inc()
+            self._m_error.inc()
+            log.exception("reconciler error", terminal=True)
+        except Exception:
+            queue.add_rate_limited(request)
+            self._m_errors.inc()
+            self._m_error.inc()
+            log.exception("reconciler error", retries=queue.num_requeues(request))
+        else:
+            queue.forget(request)
+            if result.requeue_after is not None and result.requeue_after > 0:
+                queue.add_after(request, result.requeue_after)
+                self._m_requeue_after.inc()
+            else:
+                self._m_success.inc()
+        finally:
+            self._m_time.observe(time.perf_counter() - started)

@@ -1,0 +1,118 @@
+"""The store: keys, indexes kept right through every mutation, transforms, typed views."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from bridge.runtime.cache import Store, compact, meta_namespace_key, strip_managed_fields
+from bridge.runtime.handlers import Object
+
+
+def pod(
+    name: str, node: str | None, *, namespace: str | None = "default", labels: dict[str, str] | None = None
+) -> Object:
+    metadata: dict[str, Any] = {"name": name, "labels": labels or {}}
+    if namespace:
+        metadata["namespace"] = namespace
+    metadata["managedFields"] = [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {"nodeName": node}}
+
+
+def by_node(obj: Object) -> list[str]:
+    node = obj["spec"].get("nodeName")
+    return [node] if node else []
+
+
+def names(objs: list[Object]) -> list[str]:
+    return sorted(o["metadata"]["name"] for o in objs)
+
+
+def test_keys_are_namespace_slash_name_or_name() -> None:
+    assert meta_namespace_key(pod("a", None)) == "default/a"
+    assert meta_namespace_key(pod("n1", None, namespace=None)) == "n1"
+
+
+def test_transform_strips_managed_fields_by_default() -> None:
+    store = Store()
+    old, new = store.put(pod("a", "n1"))
+    assert old is None
+    assert "managedFields" not in new["metadata"]
+    assert store.get("default/a") is new
+
+
+def test_no_transform_keeps_everything() -> None:
+    store = Store(transform=None)
+    store.put(pod("a", "n1"))
+    stored = store.get("default/a")
+    assert stored is not None
+    assert "managedFields" in stored["metadata"]
+
+
+def test_index_follows_put_update_pop_and_replace() -> None:
+    store = Store(indexers={"node": by_node})
+    store.put(pod("a", "n1"))
+    store.put(pod("b", "n1"))
+    store.put(pod("c", None))
+    assert names(store.by_index("node", "n1")) == ["a", "b"]
+    store.put(pod("b", "n2"))  # moved
+    assert names(store.by_index("node", "n1")) == ["a"]
+    assert names(store.by_index("node", "n2")) == ["b"]
+    store.pop("default/a")
+    assert store.by_index("node", "n1") == []
+    assert store.index_values("node") == ["n2"]
+    vanished, changes = store.replace([pod("b", "n3"), pod("d", "n3")])
+    assert names(vanished) == ["c"]
+    assert sorted((o["metadata"]["name"] if o else "", n["metadata"]["name"]) for o, n in changes) == [
+        ("", "d"),
+        ("b", "b"),
+    ]
+    assert names(store.by_index("node", "n3")) == ["b", "d"]
+    assert store.by_index("node", "n2") == []
+
+
+def test_indexer_added_later_covers_existing_objects() -> None:
+    store = Store()
+    store.put(pod("a", "n1"))
+    store.add_indexer("node", by_node)
+    assert names(store.by_index("node", "n1")) == ["a"]
+    with pytest.raises(ValueError, match="exists"):
+        store.add_indexer("node", by_node)
+
+
+def test_multi_valued_index() -> None:
+    store = Store(indexers={"label": lambda o: [f"{k}={v}" for k, v in o["metadata"]["labels"].items()]})
+    store.put(pod("a", None, labels={"app": "x", "tier": "web"}))
+    store.put(pod("b", None, labels={"app": "x"}))
+    assert names(store.by_index("label", "app=x")) == ["a", "b"]
+    assert store.index_keys("label", "tier=web") == ["default/a"]
+
+
+class PodView(BaseModel):
+    kind: str
+    spec: dict[str, Any]
+
+
+def test_typed_view_on_request() -> None:
+    store = Store()
+    store.put(pod("a", "n1"))
+    view = store.get_as("default/a", PodView)
+    assert view is not None
+    assert view.spec["nodeName"] == "n1"
+    assert store.get_as("default/missing", PodView) is None
+
+
+def test_compact_shares_strings_and_keeps_content() -> None:
+    a, b = pod("a", "node-1"), pod("b", "node-1")
+    expected = strip_managed_fields(copy.deepcopy(a))
+    ca, cb = compact(copy.deepcopy(a)), compact(b)
+    assert ca == expected
+    key_a = next(k for k in ca["spec"])
+    key_b = next(k for k in cb["spec"])
+    assert key_a is key_b
+    assert ca["spec"]["nodeName"] is cb["spec"]["nodeName"]
+    assert sys.getrefcount(key_a) > 2

@@ -1,0 +1,433 @@
+"""Controller result handling, metrics, mapping and lifecycle, with a fake Source."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import structlog
+from prometheus_client import CollectorRegistry
+
+from bridge.runtime.controller import (
+    CacheSyncTimeoutError,
+    Controller,
+    Request,
+    Result,
+    TerminalError,
+    label_mapper,
+    own_key,
+    owner_mapper,
+)
+from bridge.runtime.handlers import EventHandler, Object
+from bridge.runtime.ratelimit import ItemExponentialFailureRateLimiter
+
+
+def obj(name: str, namespace: str = "ns", **meta: Any) -> Object:
+    return {"metadata": {"name": name, "namespace": namespace, **meta}}
+
+
+class FakeSource:
+    def __init__(self, *, synced: bool = True) -> None:
+        self.synced = synced
+        self.handlers: list[EventHandler] = []
+        self.objects: dict[str, Object] = {}
+
+    def add_handler(self, handler: EventHandler) -> None:
+        self.handlers.append(handler)
+        for o in self.objects.values():
+            handler.on_add(o, is_initial_list=True)
+
+    def has_synced(self) -> bool:
+        return self.synced
+
+    def add(self, o: Object) -> None:
+        self.objects[o["metadata"]["name"]] = o
+        for h in self.handlers:
+            h.on_add(o, is_initial_list=False)
+
+    def update(self, new: Object) -> None:
+        old = self.objects[new["metadata"]["name"]]
+        self.objects[new["metadata"]["name"]] = new
+        for h in self.handlers:
+            h.on_update(old, new)
+
+
+Behaviour = Callable[[Request], Awaitable[Result]]
+
+
+class Script:
+    """A reconciler that replays scripted outcomes and records each call."""
+
+    def __init__(self, *outcomes: Result | BaseException | Behaviour) -> None:
+        self.outcomes = list(outcomes)
+        self.calls: list[tuple[Request, float, dict[str, Any]]] = []
+        self.called = asyncio.Event()
+
+    async def reconcile(self, request: Request) -> Result:
+        self.calls.append((request, time.monotonic(), structlog.contextvars.get_contextvars()))
+        self.called.set()
+        outcome = self.outcomes.pop(0) if self.outcomes else Result()
+        if isinstance(outcome, BaseException):
+            raise outcome
+        if isinstance(outcome, Result):
+            return outcome
+        return await outcome(request)
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+def sample(registry: CollectorRegistry, metric: str, **labels: str) -> float:
+    value = registry.get_sample_value(metric, labels)
+    return 0.0 if value is None else value
+
+
+async def run_until(controller: Controller, condition: Callable[[], bool], timeout: float = 3.0) -> None:
+    """Run the controller until ``condition`` holds (polling), then stop it cleanly."""
+    task = asyncio.create_task(controller.run())
+    try:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert time.monotonic() < deadline, "condition not reached"
+            assert not task.done(), task.exception() if not task.cancelled() else "cancelled"
+            await asyncio.sleep(0.005)
+    finally:
+        controller.stop()
+        await asyncio.wait_for(task, 2)
+
+
+def make(
+    registry: CollectorRegistry, reconciler: Script, *, workers: int = 1, base: float = 0.01
+) -> tuple[Controller, FakeSource]:
+    controller = Controller(
+        name="test",
+        reconciler=reconciler,
+        max_concurrent_reconciles=workers,
+        rate_limiter=ItemExponentialFailureRateLimiter(base=base),
+        registry=registry,
+    )
+    source = FakeSource()
+    controller.watch(source)
+    return controller, source
+
+
+async def test_success_forgets_and_counts(registry: CollectorRegistry) -> None:
+    script = Script(Result())
+    controller, source = make(registry, script)
+    source.add(obj("a"))
+    await run_until(controller, lambda: len(script.calls) == 1)
+    assert script.calls[0][0] == Request("ns", "a")
+    assert sample(registry, "controller_runtime_reconcile_total", controller="test", result="success") == 1
+    assert sample(registry, "controller_runtime_reconcile_errors_total", controller="test") == 0
+    assert sample(registry, "controller_runtime_reconcile_time_seconds_count", controller="test") == 1
+    assert sample(registry, "controller_runtime_max_concurrent_reconciles", controller="test") == 1
+
+
+async def test_exception_is_retried_with_growing_backoff_then_forgotten(registry: CollectorRegistry) -> None:
+    script = Script(RuntimeError("one"), RuntimeError("two"), Result())
+    controller, source = make(registry, script, base=0.02)
+    source.add(obj("a"))
+    await run_until(controller, lambda: len(script.calls) == 3)
+    times = [t for _, t, _ in script.calls]
+    assert times[1] - times[0] >= 0.018  # 20 ms
+    assert times[2] - times[1] >= 0.038  # 40 ms
+    assert sample(registry, "controller_runtime_reconcile_errors_total", controller="test") == 2
+    assert sample(registry, "controller_runtime_reconcile_total", controller="test", result="error") == 2
+    assert sample(registry, "controller_runtime_reconcile_total", controller="test", result="success") == 1
+    assert controller.queue.num_requeues(Request("ns", "a")) == 0, "success forgets the failures"
+    assert sample(registry, "workqueue_retries_total", name="test", controller="test") == 2
+
+
+async def test_terminal_error_is_counted_but_not_retried(registry: CollectorRegistry) -> None:
+    script = Script(TerminalError("hopeless"))
+    controller, source = make(registry, script)
+    source.add(obj("a"))
+    await run_until(controller, lambda: len(script.calls) == 1)
+    task = asyncio.create_task(asyncio.sleep(0.1))
+    await task
+    assert len(script.calls) == 1
+    assert controller.queue.num_requeues(Request("ns", "a")) == 0
+    assert sample(registry, "controller_runtime_terminal_reconcile_errors_total", controller="test") == 1
+    assert sample(registry, "controller_runtime_reconcile_errors_total", controller="test") == 1
+    assert sample(registry, "controller_runtime_reconcile_total", controller="test", result="error") == 1
+
+
+async def test_terminal_error_stays_quiet_until_a_new_event(registry: CollectorRegistry) -> None:
+    script = Script(TerminalError("hopeless"), Result())
+    controller, source = make(registry, script)
+    source.add(obj("a"))
+    task = asyncio.create_task(controller.run())
+    await asyncio.wait_for(script.called.wait(), 2)
+    await asyncio.sleep(0.1)
+    assert len(script.calls) == 1
+    source.update(obj("a", labels={"x": "y"}))
+    for _ in range(200):
+        if len(script.calls) == 2:
+            break
+        await asyncio.sleep(0.005)
+    controller.stop()
+    await asyncio.wait_for(task, 2)
+    assert len(script.calls) == 2
+
+
+async def test_requeue_after_forgets_then_waits(registry: CollectorRegistry) -> None:
+    script = Script(RuntimeError("fail once"), Result(requeue_after=0.1), Result())
+    controller, source = make(registry, script, base=0.01)
+    source.add(obj("a"))
+    seen: list[int] = []
+
+    async def watch_requeues() -> None:
+        while len(script.calls) < 2:
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.02)  # the second reconcile has returned requeue_after by now
+        seen.append(controller.queue.num_requeues(Request("ns", "a")))
+
+    watcher = asyncio.create_task(watch_requeues())
+    await run_until(controller, lambda: len(script.calls) == 3)
+    await watcher
+    assert seen == [0], "requeue_after forgets the failures"
+    times = [t for _, t, _ in script.calls]
+    assert times[2] - times[1] >= 0.095
+    assert (
+        sample(registry, "controller_runtime_reconcile_total", controller="test", result="requeue_after") == 1
+    )
+
+
+async def test_non_result_return_is_an_error(registry: CollectorRegistry) -> None:
+    async def returns_none(_: Request) -> Any:
+        return None
+
+    script = Script(returns_none, Result())
+    controller, source = make(registry, script)
+    source.add(obj("a"))
+    await run_until(controller, lambda: len(script.calls) == 2)
+    assert sample(registry, "controller_runtime_reconcile_errors_total", controller="test") == 1
+
+
+async def test_reconcile_id_is_bound_per_reconcile(registry: CollectorRegistry) -> None:
+    script = Script(Result(), Result())
+    controller, source = make(registry, script)
+    source.add(obj("a"))
+    source.add(obj("b"))
+    await run_until(controller, lambda: len(script.calls) == 2)
+    contexts = [c for _, _, c in script.calls]
+    assert {c["controller"] for c in contexts} == {"test"}
+    assert [c["name"] for c in contexts] == ["a", "b"]
+    ids = {c["reconcile_id"] for c in contexts}
+    assert len(ids) == 2
+    assert structlog.contextvars.get_contextvars().get("reconcile_id") is None
+
+
+async def test_burst_of_events_while_processing_costs_one_more_reconcile(registry: CollectorRegistry) -> None:
+    release = asyncio.Event()
+
+    async def slow(_: Request) -> Result:
+        await release.wait()
+        return Result()
+
+    script = Script(slow, Result(), Result())
+    controller, source = make(registry, script)
+    source.add(obj("a"))
+    task = asyncio.create_task(controller.run())
+    await asyncio.wait_for(script.called.wait(), 2)
+    for i in range(10):
+        source.update(obj("a", labels={"v": str(i)}))
+    release.set()
+    await asyncio.sleep(0.1)
+    controller.stop()
+    await asyncio.wait_for(task, 2)
+    assert len(script.calls) == 2
+
+
+async def test_workers_run_in_parallel_but_never_on_one_key(registry: CollectorRegistry) -> None:
+    in_flight: set[Request] = set()
+    peak = 0
+    overlaps = 0
+
+    async def work(request: Request) -> Result:
+        nonlocal peak, overlaps
+        overlaps += request in in_flight
+        in_flight.add(request)
+        peak = max(peak, len(in_flight))
+        await asyncio.sleep(0.01)
+        in_flight.discard(request)
+        return Result()
+
+    script = Script(*([work] * 400))
+    controller, source = make(registry, script, workers=4)
+    for i in range(5):
+        source.add(obj(f"o{i}"))
+    task = asyncio.create_task(controller.run())
+    for round_ in range(20):
+        for i in range(5):
+            source.update(obj(f"o{i}", labels={"r": str(round_)}))
+        await asyncio.sleep(0.004)
+    await asyncio.sleep(0.1)
+    controller.stop()
+    await asyncio.wait_for(task, 2)
+    assert overlaps == 0
+    assert peak > 1
+    assert sample(registry, "controller_runtime_active_workers", controller="test") == 0
+    assert sample(registry, "controller_runtime_max_concurrent_reconciles", controller="test") == 4
+
+
+async def test_waits_for_sync_before_reconciling(registry: CollectorRegistry) -> None:
+    script = Script()
+    controller, source = make(registry, script)
+    source.synced = False
+    source.add(obj("a"))
+    task = asyncio.create_task(controller.run())
+    await asyncio.sleep(0.25)
+    assert script.calls == []
+    assert not controller.has_synced()
+    source.synced = True
+    await asyncio.wait_for(script.called.wait(), 2)
+    assert controller.has_synced()
+    controller.stop()
+    await asyncio.wait_for(task, 2)
+
+
+async def test_cache_sync_timeout_is_an_error(registry: CollectorRegistry) -> None:
+    controller = Controller(name="test", reconciler=Script(), cache_sync_timeout=0.2, registry=registry)
+    controller.watch(FakeSource(synced=False))
+    with pytest.raises(CacheSyncTimeoutError):
+        await asyncio.wait_for(controller.run(), 2)
+
+
+async def test_stop_lets_the_reconcile_in_flight_finish(registry: CollectorRegistry) -> None:
+    finished = asyncio.Event()
+
+    async def slow(_: Request) -> Result:
+        await asyncio.sleep(0.1)
+        finished.set()
+        return Result()
+
+    script = Script(slow)
+    controller, source = make(registry, script)
+    source.add(obj("a"))
+    source.add(obj("b"))
+    task = asyncio.create_task(controller.run())
+    await asyncio.wait_for(script.called.wait(), 2)
+    controller.stop()
+    await asyncio.wait_for(task, 2)
+    assert finished.is_set()
+    assert len(script.calls) == 1, "queued keys are not started after stop"
+
+
+async def test_cancel_cancels_the_reconcile_in_flight(registry: CollectorRegistry) -> None:
+    cancelled = asyncio.Event()
+
+    async def slow(_: Request) -> Result:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return Result()
+
+    script = Script(slow)
+    controller, source = make(registry, script)
+    source.add(obj("a"))
+    task = asyncio.create_task(controller.run())
+    await asyncio.wait_for(script.called.wait(), 2)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert cancelled.is_set()
+    assert sample(registry, "controller_runtime_active_workers", controller="test") == 0
+
+
+async def test_watch_after_run_and_run_twice_are_refused(registry: CollectorRegistry) -> None:
+    controller, _ = make(registry, Script())
+    task = asyncio.create_task(controller.run())
+    await asyncio.sleep(0.01)
+    with pytest.raises(RuntimeError):
+        controller.watch(FakeSource())
+    with pytest.raises(RuntimeError):
+        await controller.run()
+    controller.stop()
+    await asyncio.wait_for(task, 2)
+
+
+def test_two_controllers_of_one_name_on_one_registry_are_refused(registry: CollectorRegistry) -> None:
+    first = Controller(name="dup", reconciler=Script(), registry=registry)
+    with pytest.raises(ValueError, match="dup"):
+        Controller(name="dup", reconciler=Script(), registry=registry)
+    del first
+
+
+async def test_mapper_errors_skip_the_object(registry: CollectorRegistry) -> None:
+    def broken(o: Object) -> list[Request]:
+        if o["metadata"]["name"] == "bad":
+            raise KeyError("boom")
+        return [Request.of(o)]
+
+    script = Script()
+    controller = Controller(name="test", reconciler=script, registry=registry)
+    source = FakeSource()
+    controller.watch(source, map_to=broken)
+    source.add(obj("bad"))
+    source.add(obj("good"))
+    await run_until(controller, lambda: len(script.calls) == 1)
+    assert script.calls[0][0] == Request("ns", "good")
+
+
+async def test_update_maps_old_and_new(registry: CollectorRegistry) -> None:
+    script = Script()
+    controller = Controller(name="test", reconciler=script, registry=registry)
+    source = FakeSource()
+    controller.watch(source, map_to=label_mapper("owner"))
+    source.objects["pod"] = obj("pod", labels={"owner": "x"})
+    task = asyncio.create_task(controller.run())
+    await asyncio.wait_for(script.called.wait(), 2)
+    script.calls.clear()
+    source.update(obj("pod", labels={"owner": "y"}))  # x loses the pod, y gains it: both reconcile
+    await asyncio.sleep(0.05)
+    controller.stop()
+    await asyncio.wait_for(task, 2)
+    assert sorted(r for r, _, _ in script.calls) == [Request("ns", "x"), Request("ns", "y")]
+
+
+def test_own_key_and_request() -> None:
+    assert own_key(obj("a")) == (Request("ns", "a"),)
+    assert own_key({"metadata": {"name": "node"}}) == (Request("", "node"),)
+    assert str(Request("ns", "a")) == "ns/a"
+    assert str(Request("", "node")) == "node"
+    assert hash(Request("ns", "a")) == hash(Request("ns", "a"))
+
+
+def test_owner_mapper() -> None:
+    refs = [
+        {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "js", "controller": True},
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "job", "controller": False},
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "cm", "controller": True},
+    ]
+    o = obj("pod", ownerReferences=refs)
+    assert owner_mapper(kind="JobSet", group="jobset.x-k8s.io")(o) == (Request("ns", "js"),)
+    assert owner_mapper(kind="Job", group="batch")(o) == ()
+    assert owner_mapper(kind="Job", group="batch", controller_only=False)(o) == (Request("ns", "job"),)
+    assert owner_mapper(kind="ConfigMap")(o) == (Request("ns", "cm"),)
+    assert owner_mapper(kind="JobSet", group="other.io")(o) == ()
+    assert owner_mapper(kind="JobSet", group="jobset.x-k8s.io", cluster_scoped=True)(o) == (
+        Request("", "js"),
+    )
+    assert owner_mapper(kind="JobSet", group="jobset.x-k8s.io")(obj("orphan")) == ()
+
+
+def test_label_mapper() -> None:
+    o = obj("pod", labels={"app": "web"})
+    assert label_mapper("app")(o) == (Request("ns", "web"),)
+    assert label_mapper("app", namespace="")(o) == (Request("", "web"),)
+    assert label_mapper("missing")(o) == ()
+
+
+def test_bad_options_are_refused() -> None:
+    with pytest.raises(ValueError):  # noqa: PT011
+        Controller(name="", reconciler=Script(), registry=CollectorRegistry())
+    with pytest.raises(ValueError):  # noqa: PT011
+        Controller(name="x", reconciler=Script(), max_concurrent_reconciles=0, registry=CollectorRegistry())

@@ -1,0 +1,193 @@
+"""The work queue on a real event loop: waking getters, delays, shutdown, and concurrent workers."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from bridge.runtime.queue import WorkQueue
+from bridge.runtime.ratelimit import ItemExponentialFailureRateLimiter
+
+
+async def test_get_waits_for_an_add() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    getter = asyncio.create_task(queue.get())
+    await asyncio.sleep(0.01)
+    assert not getter.done()
+    queue.add("a")
+    assert await asyncio.wait_for(getter, 1) == "a"
+
+
+async def test_dedup_and_dirty_while_processing() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    for _ in range(3):
+        queue.add("a")
+    assert len(queue) == 1
+    assert await queue.get() == "a"
+    queue.add("a")  # while processing: only marked dirty
+    queue.add("a")
+    assert len(queue) == 0
+    waiter = asyncio.create_task(queue.get())
+    await asyncio.sleep(0.01)
+    assert not waiter.done(), "a key being processed is not handed out again"
+    queue.done("a")
+    assert await asyncio.wait_for(waiter, 1) == "a"
+    queue.done("a")
+    assert len(queue) == 0
+
+
+async def test_add_after_wakes_a_waiting_getter_and_earliest_wins() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    getter = asyncio.create_task(queue.get())
+    await asyncio.sleep(0)
+    queue.add_after("a", 30.0)
+    queue.add_after("a", 0.02)  # earlier: wins
+    queue.add_after("a", 10.0)  # later: ignored
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    assert await asyncio.wait_for(getter, 2) == "a"
+    assert 0.015 <= loop.time() - start < 1.0
+    queue.done("a")
+    # The superseded entries do not fire again.
+    assert queue.stats().depth == 0
+
+
+async def test_delayed_keys_come_out_in_due_order() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    queue.add_after("late", 0.06)
+    queue.add_after("early", 0.02)
+    queue.add_after("middle", 0.04)
+    got = [await asyncio.wait_for(queue.get(), 2) for _ in range(3)]
+    assert got == ["early", "middle", "late"]
+
+
+async def test_rate_limited_add_backs_off_and_forget_resets() -> None:
+    queue: WorkQueue[str] = WorkQueue(rate_limiter=ItemExponentialFailureRateLimiter(base=0.01))
+    loop = asyncio.get_running_loop()
+    gaps = []
+    for _ in range(3):
+        start = loop.time()
+        queue.add_rate_limited("a")
+        assert await asyncio.wait_for(queue.get(), 2) == "a"
+        queue.done("a")
+        gaps.append(loop.time() - start)
+    assert queue.num_requeues("a") == 3
+    assert gaps[0] >= 0.009
+    assert gaps[1] >= 0.019
+    assert gaps[2] >= 0.039
+    queue.forget("a")
+    assert queue.num_requeues("a") == 0
+
+
+async def test_shutdown_hands_out_queued_keys_then_none() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    queue.add("a")
+    queue.add("b")
+    queue.add_after("delayed", 0.01)
+    queue.shutdown()
+    queue.add("c")  # ignored
+    queue.add_after("d", 0.0)  # ignored
+    queue.add_rate_limited("e")  # ignored
+    assert await queue.get() == "a"
+    assert await queue.get() == "b"
+    await asyncio.sleep(0.02)
+    assert await queue.get() is None, "delayed keys are dropped on shutdown"
+    assert queue.shutting_down
+
+
+async def test_shutdown_wakes_every_waiting_getter() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    getters = [asyncio.create_task(queue.get()) for _ in range(3)]
+    await asyncio.sleep(0.01)
+    queue.shutdown()
+    assert await asyncio.wait_for(asyncio.gather(*getters), 1) == [None, None, None]
+
+
+async def test_done_after_shutdown_still_requeues_a_dirty_key() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    queue.add("a")
+    assert await queue.get() == "a"
+    queue.add("a")
+    queue.shutdown()
+    queue.done("a")
+    assert await queue.get() == "a"
+    queue.done("a")
+    assert await queue.get() is None
+
+
+async def test_shutdown_with_drain_waits_for_keys_in_flight() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    queue.add("a")
+    queue.add("b")
+    first = await queue.get()
+    second = await queue.get()
+    drained = asyncio.create_task(queue.shutdown_with_drain())
+    await asyncio.sleep(0.01)
+    assert not drained.done()
+    queue.done(first)  # type: ignore[arg-type]
+    await asyncio.sleep(0.01)
+    assert not drained.done()
+    queue.done(second)  # type: ignore[arg-type]
+    await asyncio.wait_for(drained, 1)
+
+
+async def test_shutdown_with_drain_returns_at_once_when_idle() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    await asyncio.wait_for(queue.shutdown_with_drain(), 1)
+
+
+async def test_a_cancelled_woken_getter_passes_the_key_on() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    first = asyncio.create_task(queue.get())
+    second = asyncio.create_task(queue.get())
+    await asyncio.sleep(0.01)
+    queue.add("a")  # wakes `first`...
+    first.cancel()  # ...which is cancelled before it runs
+    assert await asyncio.wait_for(second, 1) == "a"
+    with pytest.raises(asyncio.CancelledError):
+        await first
+
+
+async def test_concurrent_workers_never_share_a_key_and_lose_nothing() -> None:
+    """Eight workers, random adds during processing: per key no overlap, and the last add is seen."""
+    rng = random.Random(7)
+    queue: WorkQueue[int] = WorkQueue()
+    in_flight: set[int] = set()
+    version = dict.fromkeys(range(20), 0)  # bumped by each "event"
+    seen: dict[int, int] = {}
+    overlaps = 0
+
+    async def worker() -> None:
+        nonlocal overlaps
+        while (key := await queue.get()) is not None:
+            if key in in_flight:
+                overlaps += 1
+            in_flight.add(key)
+            observed = version[key]
+            await asyncio.sleep(rng.random() * 0.002)
+            seen[key] = observed
+            in_flight.discard(key)
+            queue.done(key)
+
+    async def producer() -> None:
+        for _ in range(2000):
+            key = rng.randrange(20)
+            version[key] += 1
+            queue.add(key)
+            if rng.random() < 0.3:
+                await asyncio.sleep(0)
+
+    async with asyncio.TaskGroup() as tg:
+        workers = [tg.create_task(worker()) for _ in range(8)]
+        await producer()
+        await queue.shutdown_with_drain()
+        while len(queue):
+            await asyncio.sleep(0.005)
+        await queue.shutdown_with_drain()
+    assert all(w.done() for w in workers)
+    assert overlaps == 0
+    # Level-based: the last reconcile of each key saw its final state.
+    touched = {k for k, v in version.items() if v}
+    assert {k: seen[k] for k in touched} == {k: version[k] for k in touched}
