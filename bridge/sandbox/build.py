@@ -189,12 +189,24 @@ def build_kubernetes(versions: Mapping[str, Any]) -> None:
     _install_atomically(target, build)
 
 
-def _go_install(target_dir: Path, package: str, version: str) -> None:
+def _go_build_module(target_dir: Path, *, module: str, version: str, package: str) -> None:
+    """Build ``package`` of ``module@version`` in a throwaway wrapper module that requires it.
+
+    Not ``go install <package>@<version>``: that asks the proxy for the module's version list (to
+    check deprecation), which the proxy may refuse for modules it serves only by exact version
+    (JobSet here). A wrapper module needs only the exact version, and its go.sum is written fresh.
+    """
+
     def build(scratch: Path) -> None:
-        _run(
-            [_go(), "install", *_GO_BUILD_FLAGS, f"{package}@{version}"],
-            env={"GOBIN": str(scratch)},
+        wrapper = scratch / "src"
+        wrapper.mkdir()
+        (wrapper / "go.mod").write_text(
+            f"module k8s-bridge.local/build\n\ngo 1.26.0\n\nrequire {module} {version}\n"
         )
+        (wrapper / "tools.go").write_text(f'//go:build tools\n\npackage tools\n\nimport _ "{package}"\n')
+        _run([_go(), "mod", "tidy", "-e"], cwd=wrapper, env={"GOFLAGS": "-mod=mod"})
+        _run([_go(), "build", *_GO_BUILD_FLAGS, "-o", str(scratch) + "/", package], cwd=wrapper)
+        shutil.rmtree(wrapper)
 
     _install_atomically(target_dir, build)
 
@@ -225,9 +237,13 @@ def build_all() -> StackPaths:
             "build them from the Go module proxy"
         )
     build_kubernetes(versions)
-    _go_install(paths.kueue.parent, "sigs.k8s.io/kueue/cmd/kueue", versions["kueue"]["version"])
-    _go_install(paths.jobset.parent, "sigs.k8s.io/jobset", versions["jobset"]["version"])
-    _go_install(paths.kwok.parent, "sigs.k8s.io/kwok/cmd/kwok", versions["kwok"]["version"])
+    for name, binary, package in (
+        ("kueue", paths.kueue, "sigs.k8s.io/kueue/cmd/kueue"),
+        ("jobset", paths.jobset, "sigs.k8s.io/jobset"),
+        ("kwok", paths.kwok, "sigs.k8s.io/kwok/cmd/kwok"),
+    ):
+        module, version = versions[name]["module"], versions[name]["version"]
+        _go_build_module(binary.parent, module=module, version=version, package=package)
     install_crds(versions)
     return paths
 

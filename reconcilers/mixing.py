@@ -1,0 +1,504 @@
+"""The WorkloadMixing reconciler: checks the configuration against the cluster, reports it in status,
+and hands the last good configuration to the bridges.
+
+Why it exists: the API server's schema and CEL rules catch a malformed WorkloadMixing, but not one
+that names a LocalQueue nobody created. This reconciler is where such semantic errors are found and
+explained (``Ready=False`` with a reason that names the object, an Event), and where the bridges'
+configuration is decided: a spec is published to :class:`bridge.mixing_config.MixingConfigs` only
+when it is valid and everything it names exists, so a bad edit never reaches a running bridge
+(``Degraded=True``, ``LastGoodConfigurationInUse``, while the previous generation keeps running).
+
+It is level-based and cheap: each reconcile reads the WorkloadMixing and the Kueue objects it names
+from informer caches; only the JWT Secret is read with a GET (a cluster-wide Secret watch would cache
+every Secret's content; the GET tells exists-and-readable, and only the key names are kept, never
+the value). A LocalQueue, WorkloadPriorityClass or Topology that appears, changes or disappears
+requeues the WorkloadMixings that name it, found through an index over the WorkloadMixing cache.
+A periodic recheck (``recheck_after``) notices Secrets and refreshes counts from providers that do
+not announce changes. Status is written only when it differs from what is stored, so the recheck
+does not write, and Events are recorded only when a condition actually changes.
+
+Every decision (which conditions, whether to write, whether to publish, which Events) is the pure
+function :func:`decide`, built on bridge/api/status.py; the class around it only does I/O.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+import structlog
+from prometheus_client import CollectorRegistry
+from pydantic import ValidationError
+
+from bridge.api.mixing import (
+    API_VERSION,
+    KIND,
+    Condition,
+    SourceCounts,
+    SourceStatus,
+    WorkloadMixingSpec,
+    WorkloadMixingStatus,
+)
+from bridge.api.status import (
+    DEGRADED,
+    READY,
+    Inventory,
+    Problem,
+    Reference,
+    build_status,
+    check_references,
+    compute_conditions,
+    references,
+    validation_problems,
+)
+from bridge.mixing_config import CountsBoard, CountsProvider, MixingConfigs, SourceName, ZeroCounts
+from bridge.runtime.cache import Store
+from bridge.runtime.client import Client
+from bridge.runtime.controller import Controller, Mapper, Request, Result
+from bridge.runtime.errors import Conflict, Forbidden, NotFound, Unauthorized
+from bridge.runtime.events import EventRecorder, EventType
+from bridge.runtime.handlers import Object
+from bridge.runtime.informer import SharedInformerFactory
+from bridge.runtime.metrics import REGISTRY
+
+__all__ = [
+    "CONTROLLER_NAME",
+    "FIELD_MANAGER",
+    "KUEUE_API_VERSION",
+    "LEVELS_INDEX",
+    "REFERENCES_INDEX",
+    "ClientSecretKeys",
+    "Decision",
+    "EventSink",
+    "MixingReconciler",
+    "PlannedEvent",
+    "SecretKeys",
+    "StatusWriter",
+    "decide",
+    "reference_index_keys",
+    "referencing_mapper",
+    "setup_mixing_controller",
+    "topology_levels",
+]
+
+log = structlog.get_logger(__name__)
+
+CONTROLLER_NAME: Final = "workloadmixing"
+FIELD_MANAGER: Final = "k8s-bridge-mixing"
+KUEUE_API_VERSION: Final = "kueue.x-k8s.io/v1beta2"
+
+REFERENCES_INDEX: Final = "mixing.references"
+"""Index of the WorkloadMixing cache: the Kueue objects each one names (see :func:`reference_index_keys`)."""
+LEVELS_INDEX: Final = "topology.levels"
+"""Index of the Topology cache: the node label of each level."""
+
+DEFAULT_RECHECK_AFTER: Final = 60.0
+
+_ACTION: Final = "ValidateConfiguration"
+_SOURCES: Final[tuple[SourceName, ...]] = ("slurm", "ray")
+
+
+# --- indexes and mappers ---------------------------------------------------------------------------
+
+
+def _index_key(kind: str, name: str, namespace: str | None = None) -> str:
+    return f"{kind}:{namespace}/{name}" if namespace else f"{kind}:{name}"
+
+
+def _reference_key(ref: Reference) -> str | None:
+    if ref.kind == "LocalQueue":
+        return _index_key("LocalQueue", ref.name, ref.namespace)
+    if ref.kind == "WorkloadPriorityClass":
+        return _index_key("WorkloadPriorityClass", ref.name)
+    if ref.kind == "TopologyLevel":
+        return _index_key("TopologyLevel", ref.name)
+    return None  # Secrets are not watched: the periodic recheck notices them
+
+
+def reference_index_keys(obj: Object) -> list[str]:
+    """Index function over WorkloadMixings: one key per watched object the spec names.
+
+    An invalid spec names nothing (it cannot be read); it is requeued by its own changes only.
+    """
+    try:
+        spec = WorkloadMixingSpec.model_validate(obj.get("spec"))
+    except ValidationError:
+        return []
+    return sorted({key for ref in references(spec) if (key := _reference_key(ref)) is not None})
+
+
+def topology_levels(obj: Object) -> list[str]:
+    """Index function over Kueue Topologies: the node label of each level."""
+    levels = (obj.get("spec") or {}).get("levels") or ()
+    return sorted({str(level["nodeLabel"]) for level in levels if level.get("nodeLabel")})
+
+
+def referencing_mapper(mixings: Store, keys: Callable[[Object], Sequence[str]]) -> Mapper:
+    """Map a changed Kueue object to the WorkloadMixings whose spec names it, via :data:`REFERENCES_INDEX`."""
+
+    def mapper(obj: Object) -> list[Request]:
+        names = {name for key in keys(obj) for name in mixings.index_keys(REFERENCES_INDEX, key)}
+        return [Request("", name) for name in sorted(names)]
+
+    return mapper
+
+
+def _local_queue_keys(obj: Object) -> list[str]:
+    meta = obj.get("metadata") or {}
+    return [_index_key("LocalQueue", meta.get("name", ""), meta.get("namespace", ""))]
+
+
+def _priority_class_keys(obj: Object) -> list[str]:
+    return [_index_key("WorkloadPriorityClass", (obj.get("metadata") or {}).get("name", ""))]
+
+
+def _topology_keys(obj: Object) -> list[str]:
+    return [_index_key("TopologyLevel", label) for label in topology_levels(obj)]
+
+
+# --- the pure part ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlannedEvent:
+    """An Event to record on the WorkloadMixing once its new status is written."""
+
+    type: EventType
+    reason: str
+    note: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision:
+    """What one reconcile does, decided without I/O."""
+
+    status: WorkloadMixingStatus
+    write_status: bool
+    """False when ``status`` equals what is stored: nothing to write, no Events."""
+    publish: bool
+    """True when this generation is usable: it becomes the bridges' configuration."""
+    events: tuple[PlannedEvent, ...]
+
+
+def _find(conditions: Sequence[Condition], type_: str) -> Condition | None:
+    return next((c for c in conditions if c.type == type_), None)
+
+
+def _plan_events(previous: Sequence[Condition], current: Sequence[Condition]) -> tuple[PlannedEvent, ...]:
+    events: list[PlannedEvent] = []
+    old_ready, new_ready = _find(previous, READY), _find(current, READY)
+    if new_ready is not None:
+        changed = old_ready is None or (old_ready.status, old_ready.reason, old_ready.message) != (
+            new_ready.status,
+            new_ready.reason,
+            new_ready.message,
+        )
+        if new_ready.status == "False" and changed:
+            # A new or different set of blocking problems (a missing reference, an invalid spec).
+            events.append(PlannedEvent(type="Warning", reason=new_ready.reason, note=new_ready.message))
+        elif new_ready.status == "True" and (old_ready is None or old_ready.status != "True"):
+            events.append(PlannedEvent(type="Normal", reason=new_ready.reason, note=new_ready.message))
+    old_degraded, new_degraded = _find(previous, DEGRADED), _find(current, DEGRADED)
+    if (
+        new_degraded is not None
+        and new_degraded.status == "True"
+        and (
+            old_degraded is None
+            or (old_degraded.status, old_degraded.reason) != (new_degraded.status, new_degraded.reason)
+        )
+    ):
+        events.append(PlannedEvent(type="Warning", reason=new_degraded.reason, note=new_degraded.message))
+    return tuple(events)
+
+
+def decide(
+    *,
+    generation: int,
+    spec: WorkloadMixingSpec | None,
+    problems: Sequence[Problem],
+    previous: WorkloadMixingStatus | None,
+    last_good_generation: int | None,
+    last_good_spec: WorkloadMixingSpec | None,
+    counts: Mapping[SourceName, SourceCounts | None],
+    now: dt.datetime,
+) -> Decision:
+    """The status to store, whether to write it and publish the spec, and the Events to record.
+
+    ``spec`` is None when the stored spec does not validate (``problems`` then say why). Counts are
+    shown for the sources of the spec being reported on; for an unreadable spec, for those of the
+    configuration still in use.
+    """
+    publish = spec is not None and not any(p.blocking for p in problems)
+    slurm_counts, ray_counts = counts.get("slurm"), counts.get("ray")
+    if spec is not None:
+        status = build_status(
+            spec=spec,
+            generation=generation,
+            problems=problems,
+            previous=previous,
+            now=now,
+            slurm_counts=slurm_counts,
+            ray_counts=ray_counts,
+            last_good_generation=last_good_generation,
+        )
+    else:
+        shown = last_good_spec
+        status = WorkloadMixingStatus(
+            observed_generation=generation,
+            conditions=compute_conditions(
+                generation=generation,
+                problems=problems,
+                previous=previous.conditions if previous is not None else (),
+                now=now,
+                last_good_generation=last_good_generation,
+            ),
+            sources=SourceStatus(
+                slurm=(slurm_counts or SourceCounts()) if shown is not None and shown.slurm else None,
+                ray=(ray_counts or SourceCounts()) if shown is not None and shown.ray else None,
+            ),
+        )
+    write = previous is None or status != previous
+    events = (
+        _plan_events(previous.conditions if previous is not None else (), status.conditions) if write else ()
+    )
+    return Decision(status=status, write_status=write, publish=publish, events=events)
+
+
+# --- the I/O part ----------------------------------------------------------------------------------
+
+
+class SecretKeys(Protocol):
+    """The data keys of a Secret: None when it does not exist; Forbidden/Unauthorized when unreadable."""
+
+    async def __call__(self, namespace: str, name: str) -> frozenset[str] | None: ...
+
+
+class StatusWriter(Protocol):
+    async def update_status(self, obj: Object, *, field_manager: str | None = None) -> Object: ...
+
+
+class EventSink(Protocol):
+    async def event(
+        self,
+        regarding: Object,
+        *,
+        type: EventType,
+        reason: str,
+        note: str,
+        action: str,
+        related: Object | None = None,
+    ) -> Object | None: ...
+
+
+class ClientSecretKeys:
+    """Reads a Secret with a GET and keeps only its key names: its values are never kept or logged."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    async def __call__(self, namespace: str, name: str) -> frozenset[str] | None:
+        try:
+            secret = await self._client.get("v1", "Secret", name, namespace=namespace)
+        except NotFound:
+            return None
+        keys = frozenset((secret.get("data") or {}).keys())
+        del secret  # drop the value as early as possible
+        return keys
+
+
+def _utc_now() -> dt.datetime:
+    # metav1.Time has second precision: kubectl and other clients compare at that precision.
+    return dt.datetime.now(dt.UTC).replace(microsecond=0)
+
+
+class MixingReconciler:
+    """Reconciles one WorkloadMixing per request; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        mixings: Store,
+        local_queues: Store,
+        priority_classes: Store,
+        topologies: Store,
+        secret_keys: SecretKeys,
+        writer: StatusWriter,
+        recorder: EventSink,
+        configs: MixingConfigs,
+        counts: CountsProvider | None = None,
+        recheck_after: float | None = DEFAULT_RECHECK_AFTER,
+        now: Callable[[], dt.datetime] = _utc_now,
+    ) -> None:
+        if LEVELS_INDEX not in topologies.indexer_names:
+            raise ValueError(f"the Topology store needs the {LEVELS_INDEX!r} index (topology_levels)")
+        self._mixings = mixings
+        self._local_queues = local_queues
+        self._priority_classes = priority_classes
+        self._topologies = topologies
+        self._secret_keys = secret_keys
+        self._writer = writer
+        self._recorder = recorder
+        self._configs = configs
+        self._counts: CountsProvider = counts if counts is not None else ZeroCounts()
+        self._recheck = Result(requeue_after=recheck_after)
+        self._now = now
+
+    async def reconcile(self, request: Request) -> Result:
+        name = request.name
+        live = self._configs.get(name)
+        obj = self._mixings.get(name)
+        if obj is None:
+            if live.withdraw():
+                log.info("WorkloadMixing deleted: configuration withdrawn")
+            return Result()
+        meta = obj.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        generation = int(meta.get("generation") or 0)
+        if live.current is not None and live.current.uid != uid:
+            live.withdraw()  # deleted and re-created under the same name: the old one is not "last good"
+        spec: WorkloadMixingSpec | None
+        try:
+            spec = WorkloadMixingSpec.model_validate(obj.get("spec"))
+        except ValidationError as error:
+            spec, problems = None, validation_problems(error, root="spec")
+        else:
+            problems = check_references(spec, inventory=await self._inventory(spec))
+        in_use = live.current
+        decision = decide(
+            generation=generation,
+            spec=spec,
+            problems=problems,
+            previous=_stored_status(obj),
+            last_good_generation=in_use.generation if in_use is not None else None,
+            last_good_spec=in_use.spec if in_use is not None else None,
+            counts={source: self._counts.counts(name, source) for source in _SOURCES},
+            now=self._now(),
+        )
+        if decision.publish:
+            assert spec is not None
+            live.publish(uid=uid, generation=generation, spec=spec)
+        if not decision.write_status:
+            return self._recheck
+        body = {**obj, "status": decision.status.model_dump(mode="json", by_alias=True, exclude_none=True)}
+        try:
+            await self._writer.update_status(body, field_manager=FIELD_MANAGER)
+        except Conflict:
+            # The cache is behind the server: the newer object is on its way and queues us again.
+            log.debug("status write conflicted; waiting for the newer object")
+            return Result(requeue_after=1.0)
+        except NotFound:
+            return Result()  # deleted meanwhile: its delete event withdraws the configuration
+        ready = _find(decision.status.conditions, READY)
+        log.info(
+            "status updated",
+            generation=generation,
+            ready=ready.status if ready else None,
+            reason=ready.reason if ready else None,
+        )
+        for event in decision.events:
+            await self._recorder.event(
+                obj, type=event.type, reason=event.reason, note=event.note, action=_ACTION
+            )
+        return self._recheck
+
+    async def _inventory(self, spec: WorkloadMixingSpec) -> Inventory:
+        """What exists of what ``spec`` names: only those objects are looked up."""
+        refs = references(spec)
+        local_queues = {
+            (ref.namespace, ref.name)
+            for ref in refs
+            if ref.kind == "LocalQueue"
+            and ref.namespace is not None
+            and f"{ref.namespace}/{ref.name}" in self._local_queues
+        }
+        priority_classes = {
+            ref.name
+            for ref in refs
+            if ref.kind == "WorkloadPriorityClass" and ref.name in self._priority_classes
+        }
+        levels = {
+            ref.name
+            for ref in refs
+            if ref.kind == "TopologyLevel" and self._topologies.index_keys(LEVELS_INDEX, ref.name)
+        }
+        secrets: dict[tuple[str, str], frozenset[str]] = {}
+        unreadable: set[tuple[str, str]] = set()
+        for ref in refs:
+            if ref.kind != "SecretKey" or ref.namespace is None:
+                continue
+            key = (ref.namespace, ref.name)
+            if key in secrets or key in unreadable:
+                continue
+            try:
+                keys = await self._secret_keys(ref.namespace, ref.name)
+            except (Forbidden, Unauthorized):
+                unreadable.add(key)
+                continue
+            if keys is not None:
+                secrets[key] = keys
+        return Inventory(
+            local_queues=frozenset(local_queues),
+            priority_classes=frozenset(priority_classes),
+            topology_levels=frozenset(levels),
+            secrets=secrets,
+            unreadable_secrets=frozenset(unreadable),
+        )
+
+
+def _stored_status(obj: Object) -> WorkloadMixingStatus | None:
+    raw = obj.get("status")
+    if not raw:
+        return None
+    try:
+        return WorkloadMixingStatus.model_validate(raw)
+    except ValidationError:
+        return None  # written by something else, or an older schema: ours replaces it
+
+
+# --- wiring ----------------------------------------------------------------------------------------
+
+
+async def setup_mixing_controller(
+    *,
+    client: Client,
+    factory: SharedInformerFactory,
+    configs: MixingConfigs,
+    recorder: EventRecorder,
+    counts: CountsProvider | None = None,
+    recheck_after: float | None = DEFAULT_RECHECK_AFTER,
+    registry: CollectorRegistry = REGISTRY,
+) -> Controller:
+    """The WorkloadMixing controller, its informers registered with ``factory`` (cluster-wide).
+
+    The caller runs ``factory.run()`` and ``controller.run()`` (a Manager does both). A
+    :class:`~bridge.mixing_config.CountsBoard` given as ``counts`` is also watched, so a bridge
+    reporting new counts queues the WorkloadMixing at once.
+    """
+    mixings = await factory.informer(API_VERSION, KIND, indexers={REFERENCES_INDEX: reference_index_keys})
+    local_queues = await factory.informer(KUEUE_API_VERSION, "LocalQueue")
+    priority_classes = await factory.informer(KUEUE_API_VERSION, "WorkloadPriorityClass")
+    topologies = await factory.informer(
+        KUEUE_API_VERSION, "Topology", indexers={LEVELS_INDEX: topology_levels}
+    )
+    reconciler = MixingReconciler(
+        mixings=mixings.store,
+        local_queues=local_queues.store,
+        priority_classes=priority_classes.store,
+        topologies=topologies.store,
+        secret_keys=ClientSecretKeys(client),
+        writer=client,
+        recorder=recorder,
+        configs=configs,
+        counts=counts,
+        recheck_after=recheck_after,
+    )
+    controller = Controller(name=CONTROLLER_NAME, reconciler=reconciler, registry=registry)
+    controller.watch(mixings)
+    controller.watch(local_queues, map_to=referencing_mapper(mixings.store, _local_queue_keys))
+    controller.watch(priority_classes, map_to=referencing_mapper(mixings.store, _priority_class_keys))
+    controller.watch(topologies, map_to=referencing_mapper(mixings.store, _topology_keys))
+    if isinstance(counts, CountsBoard):
+        controller.watch(counts)
+    return controller

@@ -1,0 +1,524 @@
+"""The WorkloadMixing reconciler without a cluster: its decisions (pure), the reconciler over real
+stores with a fake status writer, Secret reader and event sink, the reference index that routes
+Kueue object changes to WorkloadMixings, and the live configuration holder the bridges read."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from bridge.api import WorkloadMixingSpec
+from bridge.api.mixing import SourceCounts, WorkloadMixingStatus
+from bridge.api.status import Problem, Reason
+from bridge.mixing_config import ConfigSnapshot, CountsBoard, LiveConfig, MixingConfigs
+from bridge.runtime.cache import Store
+from bridge.runtime.controller import Request, Result
+from bridge.runtime.errors import Conflict, Forbidden, NotFound
+from bridge.runtime.events import EventType
+from bridge.runtime.handlers import Object
+from reconcilers.mixing import (
+    LEVELS_INDEX,
+    REFERENCES_INDEX,
+    MixingReconciler,
+    decide,
+    reference_index_keys,
+    referencing_mapper,
+    topology_levels,
+)
+from tests.fixtures.mixing import ray_spec, resource, slurm_spec, target
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _spec(**slurm: Any) -> WorkloadMixingSpec:
+    return WorkloadMixingSpec.model_validate({"slurm": slurm_spec(**slurm)})
+
+
+def _missing_queue() -> Problem:
+    return Problem(
+        field="spec.slurm.mapping.default.localQueue",
+        reason=Reason.LOCAL_QUEUE_NOT_FOUND,
+        message="LocalQueue k8s-bridge/hpc not found",
+    )
+
+
+# --- decide (pure) ---------------------------------------------------------------------------------
+
+
+class TestDecide:
+    def _decide(self, **overrides: Any) -> Any:
+        arguments: dict[str, Any] = {
+            "generation": 1,
+            "spec": _spec(),
+            "problems": [],
+            "previous": None,
+            "last_good_generation": None,
+            "last_good_spec": None,
+            "counts": {},
+            "now": T0,
+        }
+        arguments.update(overrides)
+        return decide(**arguments)
+
+    def test_missing_reference_is_not_ready_with_a_warning_naming_it(self) -> None:
+        decision = self._decide(problems=[_missing_queue()])
+        ready = decision.status.conditions[0]
+        assert (ready.type, ready.status, ready.reason) == ("Ready", "False", "LocalQueueNotFound")
+        assert "k8s-bridge/hpc" in ready.message
+        assert decision.write_status
+        assert not decision.publish
+        assert [(e.type, e.reason) for e in decision.events] == [("Warning", "LocalQueueNotFound")]
+        assert "k8s-bridge/hpc" in decision.events[0].note
+
+    def test_valid_spec_is_published_with_a_normal_event(self) -> None:
+        decision = self._decide()
+        assert decision.publish
+        assert decision.write_status
+        assert decision.status.observed_generation == 1
+        assert [(e.type, e.reason) for e in decision.events] == [("Normal", "ConfigurationValid")]
+
+    def test_unchanged_status_is_not_written_and_records_nothing(self) -> None:
+        first = self._decide(problems=[_missing_queue()])
+        again = self._decide(problems=[_missing_queue()], previous=first.status, now=T0 + timedelta(hours=1))
+        assert again.status == first.status
+        assert not again.write_status
+        assert again.events == ()
+
+    def test_ready_flip_to_true_records_normal_event_and_moves_transition_time(self) -> None:
+        broken = self._decide(problems=[_missing_queue()])
+        later = T0 + timedelta(minutes=3)
+        fixed = self._decide(previous=broken.status, now=later)
+        assert fixed.write_status
+        assert fixed.publish
+        assert fixed.status.conditions[0].status == "True"
+        assert fixed.status.conditions[0].last_transition_time == later
+        assert [(e.type, e.reason) for e in fixed.events] == [("Normal", "ConfigurationValid")]
+
+    def test_counts_change_is_written_without_events(self) -> None:
+        first = self._decide()
+        counted = self._decide(previous=first.status, counts={"slurm": SourceCounts(held=2, running=1)})
+        assert counted.write_status
+        assert counted.events == ()
+        assert counted.status.sources.slurm == SourceCounts(held=2, running=1)
+        assert counted.status.sources.ray is None
+
+    def test_blocked_new_generation_keeps_last_good_and_is_degraded(self) -> None:
+        good = self._decide()
+        blocked = self._decide(
+            generation=2,
+            spec=_spec(mapping={"default": target("hpc", priority="missing")}),
+            problems=[
+                Problem(
+                    field="spec.slurm.mapping.default.priorityClass",
+                    reason=Reason.PRIORITY_CLASS_NOT_FOUND,
+                    message="WorkloadPriorityClass missing not found",
+                )
+            ],
+            previous=good.status,
+            last_good_generation=1,
+        )
+        ready, degraded = blocked.status.conditions
+        assert (ready.status, ready.reason) == ("False", "PriorityClassNotFound")
+        assert (degraded.status, degraded.reason) == ("True", "LastGoodConfigurationInUse")
+        assert not blocked.publish
+        assert {e.reason for e in blocked.events} == {"PriorityClassNotFound", "LastGoodConfigurationInUse"}
+
+    def test_unreadable_spec_reports_counts_of_the_configuration_in_use(self) -> None:
+        in_use = WorkloadMixingSpec.model_validate({"ray": ray_spec()})
+        decision = self._decide(
+            generation=3,
+            spec=None,
+            problems=[Problem(field="spec.slurm", reason=Reason.INVALID_SPEC, message="bad")],
+            last_good_generation=2,
+            last_good_spec=in_use,
+            counts={"ray": SourceCounts(queued=4)},
+        )
+        ready, degraded = decision.status.conditions
+        assert (ready.status, ready.reason) == ("False", "InvalidSpec")
+        assert degraded.reason == "LastGoodConfigurationInUse"
+        assert decision.status.sources.ray == SourceCounts(queued=4)
+        assert decision.status.sources.slurm is None
+        assert not decision.publish
+
+
+# --- the reconciler over stores and fakes ----------------------------------------------------------
+
+
+class FakeWriter:
+    def __init__(self, mixings: Store) -> None:
+        self.mixings = mixings
+        self.writes: list[Object] = []
+        self.fail_with: Exception | None = None
+
+    async def update_status(self, obj: Object, *, field_manager: str | None = None) -> Object:
+        if self.fail_with is not None:
+            raise self.fail_with
+        assert field_manager
+        self.writes.append(obj)
+        # What the informer would deliver after the write: the stored object with the new status.
+        self.mixings.put(obj)
+        return obj
+
+
+class FakeRecorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str]] = []
+
+    async def event(
+        self,
+        regarding: Object,
+        *,
+        type: EventType,
+        reason: str,
+        note: str,
+        action: str,
+        related: Object | None = None,
+    ) -> Object | None:
+        self.events.append((type, reason, note))
+        return None
+
+
+class FakeSecrets:
+    def __init__(self) -> None:
+        self.secrets: dict[tuple[str, str], frozenset[str]] = {("slurm", "jwt"): frozenset({"token"})}
+        self.forbidden: set[tuple[str, str]] = set()
+
+    async def __call__(self, namespace: str, name: str) -> frozenset[str] | None:
+        if (namespace, name) in self.forbidden:
+            raise Forbidden(403, "Forbidden", "secrets is forbidden")
+        return self.secrets.get((namespace, name))
+
+
+def _local_queue(namespace: str, name: str) -> Object:
+    return {"metadata": {"namespace": namespace, "name": name}, "spec": {}}
+
+
+def _cluster_object(name: str, **spec: Any) -> Object:
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def _mixing(spec: dict[str, Any], *, generation: int = 1, uid: str = "uid-1", name: str = "site") -> Object:
+    obj = resource(spec, name=name)
+    obj["metadata"].update(generation=generation, uid=uid, resourceVersion=str(generation))
+    return obj
+
+
+class World:
+    """Stores as informers would fill them, and the reconciler over them."""
+
+    def __init__(self) -> None:
+        self.mixings = Store(indexers={REFERENCES_INDEX: reference_index_keys})
+        self.local_queues = Store()
+        self.priority_classes = Store()
+        self.topologies = Store(indexers={LEVELS_INDEX: topology_levels})
+        self.secrets = FakeSecrets()
+        self.writer = FakeWriter(self.mixings)
+        self.recorder = FakeRecorder()
+        self.configs = MixingConfigs()
+        self.board = CountsBoard()
+        self.reconciler = MixingReconciler(
+            mixings=self.mixings,
+            local_queues=self.local_queues,
+            priority_classes=self.priority_classes,
+            topologies=self.topologies,
+            secret_keys=self.secrets,
+            writer=self.writer,
+            recorder=self.recorder,
+            configs=self.configs,
+            counts=self.board,
+            recheck_after=30.0,
+            now=lambda: T0,
+        )
+
+    async def reconcile(self, name: str = "site") -> Result:
+        return await self.reconciler.reconcile(Request("", name))
+
+    def current(self, name: str = "site") -> ConfigSnapshot | None:
+        return self.configs.get(name).current
+
+    def status(self, name: str = "site") -> WorkloadMixingStatus:
+        obj = self.mixings.get(name)
+        assert obj is not None
+        return WorkloadMixingStatus.model_validate(obj["status"])
+
+    def ready(self, name: str = "site") -> tuple[str, str, str]:
+        ready = self.status(name).conditions[0]
+        assert ready.type == "Ready"
+        return ready.status, ready.reason, ready.message
+
+    def degraded(self, name: str = "site") -> tuple[str, str]:
+        degraded = self.status(name).conditions[1]
+        assert degraded.type == "Degraded"
+        return degraded.status, degraded.reason
+
+
+@pytest.fixture
+def world() -> World:
+    return World()
+
+
+class TestReconciler:
+    async def test_missing_local_queue_then_appearing(self, world: World) -> None:
+        world.mixings.put(_mixing({"slurm": slurm_spec()}))
+        assert await world.reconcile() == Result(requeue_after=30.0)
+        status, reason, message = world.ready()
+        assert (status, reason) == ("False", "LocalQueueNotFound")
+        assert "k8s-bridge/hpc" in message
+        assert world.configs.get("site").current is None
+        assert world.recorder.events[-1][:2] == ("Warning", "LocalQueueNotFound")
+
+        world.local_queues.put(_local_queue("k8s-bridge", "hpc"))
+        await world.reconcile()
+        assert world.ready()[:2] == ("True", "ConfigurationValid")
+        current = world.configs.get("site").current
+        assert current is not None
+        assert current.generation == 1
+        assert world.recorder.events[-1][:2] == ("Normal", "ConfigurationValid")
+
+    async def test_nothing_written_when_nothing_changed(self, world: World) -> None:
+        world.local_queues.put(_local_queue("k8s-bridge", "hpc"))
+        world.mixings.put(_mixing({"slurm": slurm_spec()}))
+        await world.reconcile()
+        await world.reconcile()
+        await world.reconcile()
+        assert len(world.writer.writes) == 1
+        assert len(world.recorder.events) == 1
+
+    async def test_invalid_new_generation_keeps_last_good_config(self, world: World) -> None:
+        world.local_queues.put(_local_queue("k8s-bridge", "hpc"))
+        world.mixings.put(_mixing({"slurm": slurm_spec()}))
+        await world.reconcile()
+        live = world.configs.get("site")
+        good = live.current
+        assert good is not None
+
+        bad = slurm_spec(mapping={"default": target("hpc", priority="urgent")})
+        world.mixings.put(_mixing({"slurm": bad}, generation=2))
+        await world.reconcile()
+        assert world.status().observed_generation == 2
+        assert world.ready()[:2] == ("False", "PriorityClassNotFound")
+        assert world.degraded() == ("True", "LastGoodConfigurationInUse")
+        assert live.current is good
+
+        world.priority_classes.put(_cluster_object("urgent", value=1000))
+        await world.reconcile()
+        assert world.ready()[:2] == ("True", "ConfigurationValid")
+        assert world.degraded() == ("False", "AsExpected")
+        assert live.current is not None
+        assert live.current.generation == 2
+
+    async def test_spec_the_models_refuse_is_invalid_spec(self, world: World) -> None:
+        world.local_queues.put(_local_queue("k8s-bridge", "hpc"))
+        broken = slurm_spec()
+        del broken["mapping"]
+        world.mixings.put(_mixing({"slurm": broken}))
+        await world.reconcile()
+        status, reason, message = world.ready()
+        assert (status, reason) == ("False", "InvalidSpec")
+        assert "spec.slurm.mapping" in message
+        assert world.configs.get("site").current is None
+
+    async def test_secret_missing_key_and_unreadable(self, world: World) -> None:
+        world.local_queues.put(_local_queue("k8s-bridge", "hpc"))
+        world.mixings.put(_mixing({"slurm": slurm_spec()}))
+        world.secrets.secrets.clear()
+        await world.reconcile()
+        assert world.ready()[1] == "SecretNotFound"
+        world.secrets.secrets[("slurm", "jwt")] = frozenset({"other"})
+        await world.reconcile()
+        assert world.ready()[1] == "SecretKeyNotFound"
+        world.secrets.forbidden.add(("slurm", "jwt"))
+        await world.reconcile()
+        assert world.ready()[1] == "SecretUnreadable"
+
+    async def test_topology_level_resolved_through_index(self, world: World) -> None:
+        world.local_queues.put(_local_queue("k8s-bridge", "hpc"))
+        spec = slurm_spec(topology={"switches": {"preferred": "example.com/rack"}})
+        world.mixings.put(_mixing({"slurm": spec}))
+        await world.reconcile()
+        assert world.ready()[1] == "TopologyLevelNotFound"
+        world.topologies.put(
+            _cluster_object("default", levels=[{"nodeLabel": "example.com/rack"}, {"nodeLabel": "h"}])
+        )
+        await world.reconcile()
+        assert world.ready()[0] == "True"
+
+    async def test_counts_from_the_board(self, world: World) -> None:
+        world.local_queues.put(_local_queue("k8s-bridge", "hpc"))
+        world.mixings.put(_mixing({"slurm": slurm_spec()}))
+        await world.reconcile()
+        assert world.status().sources.slurm == SourceCounts()
+        world.board.set("site", "slurm", SourceCounts(held=1, queued=2, admitted=3, running=4))
+        await world.reconcile()
+        assert world.status().sources.slurm == SourceCounts(held=1, queued=2, admitted=3, running=4)
+        assert len(world.recorder.events) == 1  # counts alone record no Event
+
+    async def test_deleted_withdraws_and_recreated_is_a_new_resource(self, world: World) -> None:
+        world.local_queues.put(_local_queue("k8s-bridge", "hpc"))
+        world.mixings.put(_mixing({"slurm": slurm_spec()}))
+        await world.reconcile()
+        assert world.current() is not None
+        world.mixings.pop("site")
+        assert await world.reconcile() == Result()
+        assert world.current() is None
+
+        world.mixings.put(_mixing({"slurm": slurm_spec()}))
+        await world.reconcile()
+        # Re-created under a new uid while the old config was still held: not "last good" for it.
+        world.mixings.put(_mixing({"slurm": slurm_spec(mapping={"default": target("gone")})}, uid="uid-2"))
+        await world.reconcile()
+        assert world.current() is None
+        assert world.degraded() == ("False", "AsExpected")
+
+    async def test_conflict_waits_for_the_newer_object_without_events(self, world: World) -> None:
+        world.mixings.put(_mixing({"slurm": slurm_spec()}))
+        world.writer.fail_with = Conflict(409, "Conflict", "the object has been modified")
+        assert await world.reconcile() == Result(requeue_after=1.0)
+        assert world.recorder.events == []
+
+    async def test_deleted_during_write(self, world: World) -> None:
+        world.mixings.put(_mixing({"slurm": slurm_spec()}))
+        world.writer.fail_with = NotFound(404, "NotFound", "gone")
+        assert await world.reconcile() == Result()
+
+
+# --- index and mappers -----------------------------------------------------------------------------
+
+
+class TestReferenceIndex:
+    def test_keys_of_a_spec(self) -> None:
+        spec = {
+            "slurm": slurm_spec(
+                mapping={
+                    "rules": [{"match": {"partitions": ["gpu"]}, "target": target("gpu", namespace="team")}],
+                    "default": target("hpc", priority="low"),
+                },
+                partitions=["bridge", "gpu"],
+                topology={"partitions": [{"partition": "gpu", "required": "example.com/rack"}]},
+            )
+        }
+        assert reference_index_keys(_mixing(spec)) == [
+            "LocalQueue:k8s-bridge/hpc",
+            "LocalQueue:team/gpu",
+            "TopologyLevel:example.com/rack",
+            "WorkloadPriorityClass:low",
+        ]
+
+    def test_invalid_spec_has_no_keys(self) -> None:
+        assert reference_index_keys(_mixing({})) == []
+
+    def test_kueue_object_maps_to_the_mixings_naming_it(self) -> None:
+        mixings = Store(indexers={REFERENCES_INDEX: reference_index_keys})
+        mixings.put(_mixing({"slurm": slurm_spec()}, name="a"))
+        mixings.put(_mixing({"slurm": slurm_spec()}, name="b"))
+        mixings.put(_mixing({"slurm": slurm_spec(mapping={"default": target("other")})}, name="c"))
+        mapper = referencing_mapper(
+            mixings,
+            lambda obj: [f"LocalQueue:{obj['metadata']['namespace']}/{obj['metadata']['name']}"],
+        )
+        assert list(mapper(_local_queue("k8s-bridge", "hpc"))) == [Request("", "a"), Request("", "b")]
+        assert list(mapper(_local_queue("elsewhere", "hpc"))) == []
+
+    def test_topology_levels(self) -> None:
+        topology = _cluster_object("t", levels=[{"nodeLabel": "b"}, {"nodeLabel": "a"}])
+        assert topology_levels(topology) == ["a", "b"]
+        assert topology_levels(_cluster_object("empty")) == []
+
+
+# --- the live configuration holder -----------------------------------------------------------------
+
+
+class TestLiveConfig:
+    def test_publish_notifies_once_per_change(self) -> None:
+        live = LiveConfig("site")
+        seen: list[ConfigSnapshot | None] = []
+        unsubscribe = live.subscribe(seen.append)
+        assert live.publish(uid="u", generation=1, spec=_spec())
+        assert not live.publish(uid="u", generation=1, spec=_spec())
+        assert live.publish(uid="u", generation=2, spec=_spec())
+        assert [s.generation if s else None for s in seen] == [1, 2]
+        assert live.version == 2
+        unsubscribe()
+        assert live.withdraw()
+        assert not live.withdraw()
+        assert len(seen) == 2
+        assert live.current is None
+        assert live.version == 3
+
+    def test_a_failing_subscriber_does_not_stop_the_others(self) -> None:
+        live = LiveConfig("site")
+        seen: list[int] = []
+
+        def broken(snapshot: ConfigSnapshot | None) -> None:
+            raise RuntimeError("bridge bug")
+
+        live.subscribe(broken)
+        live.subscribe(lambda s: seen.append(s.generation if s else 0))
+        live.publish(uid="u", generation=7, spec=_spec())
+        assert seen == [7]
+
+    def test_last_good_generation_is_per_resource(self) -> None:
+        live = LiveConfig("site")
+        live.publish(uid="u", generation=4, spec=_spec())
+        assert live.last_good_generation(uid="u") == 4
+        assert live.last_good_generation(uid="other") is None
+
+    async def test_wait_for_change_sees_changes_made_while_busy(self) -> None:
+        live = LiveConfig("site")
+        seen = live.version
+        live.publish(uid="u", generation=1, spec=_spec())  # before the bridge waits
+        snapshot = await asyncio.wait_for(live.wait_for_change(after=seen), 1)
+        assert snapshot is not None
+        assert snapshot.generation == 1
+
+        async with asyncio.TaskGroup() as tg:
+            waiter = tg.create_task(live.wait_for_change(after=live.version))
+            await asyncio.sleep(0)
+            assert not waiter.done()
+            live.publish(uid="u", generation=2, spec=_spec())
+        snapshot = waiter.result()
+        assert snapshot is not None
+        assert snapshot.generation == 2
+
+    def test_configs_are_per_name(self) -> None:
+        configs = MixingConfigs()
+        assert configs.get("a") is configs.get("a")
+        assert configs.get("a") is not configs.get("b")
+        assert configs.names() == ["a", "b"]
+
+
+class Collect:
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def on_add(self, obj: Object, *, is_initial_list: bool) -> None:
+        self.names.append(obj["metadata"]["name"])
+
+    def on_update(self, old: Object, new: Object) -> None:
+        self.names.append(new["metadata"]["name"])
+
+    def on_delete(self, obj: Object) -> None:
+        raise AssertionError("the board never deletes")
+
+
+class TestCountsBoard:
+    def test_changes_notify_handlers_and_repeats_do_not(self) -> None:
+        board = CountsBoard()
+        board.set("early", "ray", SourceCounts(queued=1))
+        handler = Collect()
+        board.add_handler(handler)
+        assert board.has_synced()
+        assert handler.names == ["early"]
+        board.set("site", "slurm", SourceCounts(held=1))
+        board.set("site", "slurm", SourceCounts(held=1))
+        board.set("site", "slurm", SourceCounts(held=2))
+        assert handler.names == ["early", "site", "site"]
+        assert board.counts("site", "slurm") == SourceCounts(held=2)
+        assert board.counts("site", "ray") is None
+        board.clear("site", "slurm")
+        board.clear("site", "slurm")
+        assert handler.names == ["early", "site", "site", "site"]
+        assert board.counts("site", "slurm") is None
