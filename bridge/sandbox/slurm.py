@@ -180,6 +180,8 @@ class SlurmCluster:
     _group: ProcessGroup | None = field(init=False, default=None)
     _anchor: NetworkNamespace | None = field(init=False, default=None)
     _nodes: dict[str, DynamicNode] = field(init=False, default_factory=dict)
+    namespaces_created: list[str] = field(init=False, default_factory=list)
+    """Every network namespace this cluster created, so leak checks look at its own alone."""
     _mounted: bool = field(init=False, default=False)
     _ctld_port: int = field(init=False, default=0)
     _rest_port: int = field(init=False, default=0)
@@ -296,6 +298,7 @@ class SlurmCluster:
                 self.timings["restore_root"] = time.monotonic() - restore_started
             self._ensure_user()
             self._anchor = create_namespace()
+            self.namespaces_created.append(self._anchor.name)
             self._hostname = socket.gethostname().split(".")[0]
             self._ctld_port = free_port("0.0.0.0")  # noqa: S104 - slurmctld listens on all addresses
             self._rest_port = free_port()
@@ -554,6 +557,7 @@ class SlurmCluster:
             self._add_gres(name, gres)
             conf += f" Gres={gres}"
         namespace = create_namespace()
+        self.namespaces_created.append(namespace.name)
         try:
             hosts = self.host_path(self.state_dir / "nodes" / f"{name}.hosts")
             lines = ["127.0.0.1 localhost", f"{namespace.address} {name}"]

@@ -76,7 +76,8 @@ async def _wait_for_job(rest: Rest, job_id: int, *, done: set[str], timeout: flo
     deadline = time.monotonic() + timeout
     while True:
         job = await rest.job(job_id)
-        if _state(job) & done:
+        # 24.11 reports e.g. [COMPLETED, COMPLETING] while the epilog runs: finished, not yet done.
+        if _state(job) & done and "COMPLETING" not in _state(job):
             return job
         assert time.monotonic() < deadline, f"job {job_id} not in {done} after {timeout}s: {job['job_state']}"
         await asyncio.sleep(0.3)

@@ -1,0 +1,1510 @@
+"""A process runner: a small kubelet that runs each pod's command as a local process.
+
+Why: kwok simulates pods, which is enough for admission, but a bridged Slurm job or Ray job only runs
+when its worker pods really join their cluster: slurmd must register with slurmctld, a Ray worker
+must join the head. The runner stands in for kubelet on a few nodes of the local stack. For a pod the
+scheduler binds to one of its nodes it
+
+- gives the pod a network namespace of its own (:func:`bridge.sandbox.netns.create_namespace`), so
+  the pod IP is a real address that slurmctld and the Ray head can reach;
+- runs each container's ``command + args`` (an argv list, never a shell) inside it, with the pod's
+  hostname (a UTS namespace), a kubelet-style ``/etc/hosts`` (a mount namespace) and the container's
+  ``env``; init containers run first, one after the other;
+- reports the pod through the status subresource as kubelet does (Pending, Running with Ready
+  conditions once the processes started, then Succeeded or Failed from the exit codes), restarting
+  containers locally for ``restartPolicy: OnFailure`` / ``Always`` up to a bound;
+- when the pod is deleted, stops its processes (SIGTERM, the pod's grace period capped, then SIGKILL),
+  reports the terminal phase and removes the pod with ``gracePeriodSeconds=0`` as kubelet finalizes.
+
+Its nodes carry ``k8s-bridge.io/runner=true`` and no kwok annotation, so kwok leaves them (and their
+pods) alone; it keeps them Ready with a node Lease in ``kube-node-lease`` renewed like kubelet's.
+
+What it does not do, on purpose: the container image is ignored (commands run from the host
+filesystem, with the host's PATH); volumes, resource limits, probes and security contexts are
+ignored; ``envFrom``, ``configMapKeyRef``/``secretKeyRef``/``resourceFieldRef`` env, sidecar init
+containers and containers without ``command`` are refused: such a pod is marked Failed with a message
+saying why, never half-run.
+
+Level-based: everything is derived from the pods on its nodes. A runner that starts and finds a pod
+Running that it did not start marks it Failed (its process is gone); a terminal pod being deleted is
+finalized. Each container process asks the kernel to SIGKILL it when the runner dies, so a crashed
+runner leaves no container processes behind; :meth:`ProcessRunner.stop` stops every process it
+started and deletes every namespace it created.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import platform
+import re
+import shutil
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import aiohttp
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+
+from bridge.sandbox.netns import NetworkNamespace, create_namespace
+from bridge.sandbox.processes import ManagedProcess, ProcessGroup, StackError
+
+__all__ = [
+    "RUNNER_LABEL",
+    "ContainerRun",
+    "NodeResources",
+    "ProcessRunner",
+    "Termination",
+    "UnrunnableError",
+    "check_prerequisites",
+    "check_runnable",
+    "container_command",
+    "container_env",
+    "expand",
+    "hosts_file",
+    "lease_manifest",
+    "node_manifest",
+    "node_status",
+    "pod_argv",
+    "pod_hostname",
+    "pod_phase",
+    "pod_status",
+    "should_restart",
+    "terminal_phase",
+]
+
+log = logging.getLogger(__name__)
+
+RUNNER_LABEL = "k8s-bridge.io/runner"
+"""Label (value ``"true"``) on every node a process runner registers."""
+
+FIELD_MANAGER = "k8s-bridge-process-runner"
+KUBELET_VERSION = "v0.0.0-k8s-bridge-process-runner"
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+Pod = Mapping[str, Any]
+Phase = Literal["Pending", "Running", "Succeeded", "Failed"]
+
+
+class UnrunnableError(ValueError):
+    """A pod asks for something the runner cannot do; the message says what, for the pod's status."""
+
+
+# ---------------------------------------------------------------------------------------------------
+# Pure parts: from a pod spec to argv/env, from process state to a pod status. No I/O, no event loop.
+# ---------------------------------------------------------------------------------------------------
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def now_micro() -> str:
+    """A ``MicroTime`` (the format Lease ``renewTime`` requires)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def exit_code_of(returncode: int) -> int:
+    """A Popen return code as a container exit code: death by signal N is ``128 + N``, as in a shell."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def expand(text: str, env: Mapping[str, str]) -> str:
+    """Kubernetes' ``$(VAR)`` expansion of command, args and env values.
+
+    ``$(NAME)`` becomes the value of NAME when defined and stays as written otherwise; ``$$`` is a
+    literal ``$`` (so ``$$(NAME)`` gives ``$(NAME)``); any other ``$`` is kept.
+    """
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if char == "$" and i + 1 < len(text):
+            following = text[i + 1]
+            if following == "$":
+                out.append("$")
+                i += 2
+                continue
+            if following == "(":
+                end = text.find(")", i + 2)
+                if end != -1:
+                    name = text[i + 2 : end]
+                    out.append(env[name] if name in env else text[i : end + 1])
+                    i = end + 1
+                    continue
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
+_SUBSCRIPT = re.compile(r"^metadata\.(labels|annotations)\['(.+)'\]$")
+
+
+def _field_ref(pod: Pod, path: str, *, pod_ip: str, host_ip: str) -> str:
+    metadata = pod.get("metadata", {})
+    spec = pod.get("spec", {})
+    simple = {
+        "metadata.name": metadata.get("name", ""),
+        "metadata.namespace": metadata.get("namespace", ""),
+        "metadata.uid": metadata.get("uid", ""),
+        "spec.nodeName": spec.get("nodeName", ""),
+        "spec.serviceAccountName": spec.get("serviceAccountName", ""),
+        "status.podIP": pod_ip,
+        "status.podIPs": pod_ip,
+        "status.hostIP": host_ip,
+        "status.hostIPs": host_ip,
+    }
+    if path in simple:
+        return str(simple[path])
+    match = _SUBSCRIPT.match(path)
+    if match:
+        return str((metadata.get(match.group(1)) or {}).get(match.group(2), ""))
+    raise UnrunnableError(f"env fieldRef {path!r} is not supported by the process runner")
+
+
+def container_env(
+    *,
+    pod: Pod,
+    container: Mapping[str, Any],
+    pod_ip: str,
+    host_ip: str,
+    base_env: Mapping[str, str],
+) -> dict[str, str]:
+    """The environment of one container's process: ``base_env``, ``HOSTNAME``, then its ``env``.
+
+    Values may reference earlier variables with ``$(NAME)``; ``fieldRef`` supports the pod's name,
+    namespace, uid, labels and annotations, node name, service account, pod IP and host IP.
+    """
+    hostname, _ = pod_hostname(pod)
+    return {
+        **base_env,
+        "HOSTNAME": hostname,
+        **_defined_env(pod=pod, container=container, pod_ip=pod_ip, host_ip=host_ip),
+    }
+
+
+def _defined_env(*, pod: Pod, container: Mapping[str, Any], pod_ip: str, host_ip: str) -> dict[str, str]:
+    """The container's own ``env`` entries, in order (also the mapping ``$(VAR)`` expands against)."""
+    name = container.get("name", "?")
+    if container.get("envFrom"):
+        raise UnrunnableError(f"container {name!r}: envFrom is not supported by the process runner")
+    defined: dict[str, str] = {}
+    for entry in container.get("env") or []:
+        var = entry["name"]
+        source = entry.get("valueFrom")
+        if source is None:
+            value = expand(str(entry.get("value", "")), defined)
+        elif "fieldRef" in source:
+            value = _field_ref(pod, source["fieldRef"]["fieldPath"], pod_ip=pod_ip, host_ip=host_ip)
+        else:
+            kinds = ", ".join(sorted(source))
+            raise UnrunnableError(
+                f"container {name!r}: env {var!r} from {kinds} is not supported by the process runner"
+            )
+        defined[var] = value
+    return defined
+
+
+def container_command(
+    *,
+    pod: Pod,
+    container: Mapping[str, Any],
+    pod_ip: str,
+    host_ip: str,
+    base_env: Mapping[str, str],
+) -> tuple[list[str], dict[str, str]]:
+    """The argv (``command + args``, ``$(VAR)`` expanded) and environment of one container."""
+    name = container.get("name", "?")
+    command = list(container.get("command") or [])
+    if not command:
+        raise UnrunnableError(
+            f"container {name!r} has no command: the process runner ignores images, so it needs an explicit "
+            "command"
+        )
+    env = container_env(pod=pod, container=container, pod_ip=pod_ip, host_ip=host_ip, base_env=base_env)
+    defined = _defined_env(pod=pod, container=container, pod_ip=pod_ip, host_ip=host_ip)
+    argv = [expand(str(part), defined) for part in [*command, *(container.get("args") or [])]]
+    return argv, env
+
+
+def check_runnable(pod: Pod, *, base_env: Mapping[str, str]) -> None:
+    """Raise :class:`UnrunnableError` unless every container of ``pod`` can be run by the runner."""
+    spec = pod.get("spec", {})
+    if spec.get("hostNetwork"):
+        raise UnrunnableError(
+            "hostNetwork pods are not supported by the process runner (each pod gets its own network)"
+        )
+    for init in spec.get("initContainers") or []:
+        if init.get("restartPolicy") == "Always":
+            raise UnrunnableError(
+                f"init container {init.get('name')!r} is a sidecar, not supported by the process runner"
+            )
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        container_command(
+            pod=pod, container=container, pod_ip="192.0.2.1", host_ip="192.0.2.1", base_env=base_env
+        )
+
+
+def pod_hostname(pod: Pod, *, cluster_domain: str = "cluster.local") -> tuple[str, str | None]:
+    """The pod's hostname (``spec.hostname`` or its name, at most 63 characters) and FQDN if it has one.
+
+    With ``spec.subdomain`` the FQDN is ``<hostname>.<subdomain>.<namespace>.svc.<cluster domain>``;
+    with ``setHostnameAsFQDN`` that FQDN is the hostname itself, as kubelet does.
+    """
+    metadata, spec = pod.get("metadata", {}), pod.get("spec", {})
+    hostname = str(spec.get("hostname") or metadata.get("name", ""))[:63].rstrip("-.")
+    subdomain = spec.get("subdomain")
+    fqdn = (
+        f"{hostname}.{subdomain}.{metadata.get('namespace', 'default')}.svc.{cluster_domain}"
+        if subdomain
+        else None
+    )
+    if fqdn and spec.get("setHostnameAsFQDN"):
+        return fqdn[:64], fqdn
+    return hostname, fqdn
+
+
+def hosts_file(pod: Pod, *, pod_ip: str, cluster_domain: str = "cluster.local") -> str:
+    """The pod's ``/etc/hosts``, laid out as kubelet writes it (localhost, the pod, ``hostAliases``)."""
+    hostname, fqdn = pod_hostname(pod, cluster_domain=cluster_domain)
+    short = hostname.split(".")[0]
+    names = [fqdn, short] if fqdn else [hostname]
+    lines = [
+        "# Kubernetes-managed hosts file (k8s-bridge process runner).",
+        "127.0.0.1\tlocalhost",
+        "::1\tlocalhost ip6-localhost ip6-loopback",
+        "fe00::0\tip6-localnet",
+        "fe00::0\tip6-mcastprefix",
+        "fe00::1\tip6-allnodes",
+        "fe00::2\tip6-allrouters",
+        f"{pod_ip}\t{chr(9).join(dict.fromkeys(names))}",
+    ]
+    for alias in pod.get("spec", {}).get("hostAliases") or []:
+        lines.append(f"{alias['ip']}\t{chr(9).join(alias.get('hostnames') or [])}")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Termination:
+    """How one run of a container ended."""
+
+    exit_code: int
+    started_at: str
+    finished_at: str
+    pid: int
+
+    @property
+    def reason(self) -> str:
+        return "Completed" if self.exit_code == 0 else "Error"
+
+    def as_state(self) -> dict[str, Any]:
+        return {
+            "terminated": {
+                "exitCode": self.exit_code,
+                "reason": self.reason,
+                "startedAt": self.started_at,
+                "finishedAt": self.finished_at,
+                "containerID": f"process://{self.pid}",
+            }
+        }
+
+
+@dataclass
+class ContainerRun:
+    """What the runner knows of one container: the input of :func:`pod_status` and :func:`pod_phase`.
+
+    ``state`` is ``waiting`` before the first start and while a restart is pending (then
+    ``last_termination`` is set), ``running`` while its process lives, ``terminated`` once it ended for
+    good (``termination``). A container that will be restarted is never ``terminated``, as in kubelet.
+    """
+
+    name: str
+    image: str = ""
+    state: Literal["waiting", "running", "terminated"] = "waiting"
+    waiting_reason: str = "ContainerCreating"
+    restart_count: int = 0
+    pid: int | None = None
+    started_at: str | None = None
+    termination: Termination | None = None
+    last_termination: Termination | None = None
+
+    def status(self) -> dict[str, Any]:
+        running = self.state == "running"
+        entry: dict[str, Any] = {
+            "name": self.name,
+            "image": self.image,
+            "imageID": "",
+            "ready": running,
+            "started": running,
+            "restartCount": self.restart_count,
+            "lastState": self.last_termination.as_state() if self.last_termination else {},
+        }
+        if running:
+            entry["state"] = {"running": {"startedAt": self.started_at}}
+            entry["containerID"] = f"process://{self.pid}"
+        elif self.state == "terminated" and self.termination is not None:
+            entry["state"] = self.termination.as_state()
+            entry["containerID"] = f"process://{self.termination.pid}"
+        else:
+            entry["state"] = {"waiting": {"reason": self.waiting_reason}}
+        return entry
+
+
+def should_restart(
+    restart_policy: str, exit_code: int, *, restarts: int, max_restarts: int, init: bool
+) -> bool:
+    """Whether a container that exited with ``exit_code`` is started again (bounded by ``max_restarts``)."""
+    if restarts >= max_restarts or restart_policy == "Never":
+        return False
+    if init or restart_policy == "OnFailure":
+        return exit_code != 0
+    return restart_policy == "Always"
+
+
+def pod_phase(*, init_containers: Sequence[ContainerRun], containers: Sequence[ContainerRun]) -> Phase:
+    """The pod phase kubelet would report for these containers."""
+    if any(
+        c.state == "terminated" and c.termination and c.termination.exit_code != 0 for c in init_containers
+    ):
+        return "Failed"
+    if any(c.state != "terminated" for c in init_containers):
+        return "Pending"
+    if containers and all(c.state == "terminated" for c in containers):
+        return terminal_phase(containers)
+    if any(c.state == "running" or c.last_termination is not None for c in containers):
+        return "Running"
+    return "Pending"
+
+
+def terminal_phase(containers: Sequence[ContainerRun]) -> Phase:
+    """The phase of a pod whose containers are all stopped: Succeeded only if every one exited 0."""
+    succeeded = all(
+        c.state == "terminated" and c.termination and c.termination.exit_code == 0 for c in containers
+    )
+    return "Succeeded" if containers and succeeded else "Failed"
+
+
+_OWN_CONDITIONS = ("PodScheduled", "PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready")
+
+
+def pod_status(
+    *,
+    pod: Pod,
+    init_containers: Sequence[ContainerRun],
+    containers: Sequence[ContainerRun],
+    phase: Phase,
+    pod_ip: str | None,
+    host_ip: str,
+    start_time: str | None,
+    now: str,
+    previous: Mapping[str, Any] | None = None,
+    reason: str | None = None,
+    message: str | None = None,
+) -> dict[str, Any]:
+    """The pod's whole ``status`` for a merge patch.
+
+    Conditions the runner does not own (e.g. ``DisruptionTarget``) are kept from the pod; a
+    condition's ``lastTransitionTime`` is kept from ``previous`` (the status last written) or the pod
+    while its status does not change. Ready means every container's process is running.
+    """
+    terminal = phase in ("Succeeded", "Failed")
+    initialized = all(
+        c.state == "terminated" and c.termination and c.termination.exit_code == 0 for c in init_containers
+    )
+    ready = not terminal and bool(containers) and all(c.state == "running" for c in containers)
+    wanted: dict[str, tuple[bool, str | None]] = {
+        "PodScheduled": (True, None),
+        "PodReadyToStartContainers": (pod_ip is not None and not terminal, None),
+        "Initialized": (initialized, None if initialized else "ContainersNotInitialized"),
+        "ContainersReady": (ready, None if ready else ("PodCompleted" if terminal else "ContainersNotReady")),
+        "Ready": (ready, None if ready else ("PodCompleted" if terminal else "ContainersNotReady")),
+    }
+    existing = list(pod.get("status", {}).get("conditions") or [])
+    earlier = {c["type"]: c for c in existing}
+    earlier.update({c["type"]: c for c in (previous or {}).get("conditions") or []})
+    conditions: list[dict[str, Any]] = []
+    for kind, (holds, why) in wanted.items():
+        truth = "True" if holds else "False"
+        before = earlier.get(kind)
+        since = before.get("lastTransitionTime") if before and before.get("status") == truth else None
+        condition: dict[str, Any] = {"type": kind, "status": truth, "lastTransitionTime": since or now}
+        if why:
+            condition["reason"] = why
+        conditions.append(condition)
+    conditions.extend(dict(c) for c in existing if c.get("type") not in _OWN_CONDITIONS)
+    status: dict[str, Any] = {
+        "phase": phase,
+        "conditions": conditions,
+        "hostIP": host_ip,
+        "hostIPs": [{"ip": host_ip}],
+        "containerStatuses": [c.status() for c in containers],
+    }
+    if init_containers:
+        status["initContainerStatuses"] = [c.status() for c in init_containers]
+    if pod_ip is not None:
+        status["podIP"] = pod_ip
+        status["podIPs"] = [{"ip": pod_ip}]
+    if start_time is not None:
+        status["startTime"] = start_time
+    if reason is not None:
+        status["reason"] = reason
+    if message is not None:
+        status["message"] = message
+    return status
+
+
+@dataclass(frozen=True)
+class NodeResources:
+    """What one runner node offers the scheduler (capacity = allocatable)."""
+
+    cpu: str = "8"
+    memory: str = "32Gi"
+    pods: str = "110"
+    extended: Mapping[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            "cpu": self.cpu,
+            "memory": self.memory,
+            "pods": self.pods,
+            "ephemeral-storage": "100Gi",
+            **self.extended,
+        }
+
+
+def _arch() -> str:
+    machine = platform.machine()
+    return {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)
+
+
+def node_status(*, name: str, resources: NodeResources, host_ip: str, now: str) -> dict[str, Any]:
+    """A Ready node's status: resources, conditions with a fresh heartbeat, addresses, node info."""
+    healthy = [
+        ("Ready", "True", "KubeletReady", "process runner is posting ready status"),
+        ("MemoryPressure", "False", "KubeletHasSufficientMemory", "process runner has sufficient memory"),
+        ("DiskPressure", "False", "KubeletHasNoDiskPressure", "process runner has no disk pressure"),
+        ("PIDPressure", "False", "KubeletHasSufficientPID", "process runner has sufficient PID available"),
+    ]
+    return {
+        "capacity": resources.as_dict(),
+        "allocatable": resources.as_dict(),
+        "conditions": [
+            {
+                "type": kind,
+                "status": status,
+                "reason": reason,
+                "message": message,
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": now,
+            }
+            for kind, status, reason, message in healthy
+        ],
+        "addresses": [{"type": "InternalIP", "address": host_ip}, {"type": "Hostname", "address": name}],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+        "nodeInfo": {
+            "architecture": _arch(),
+            "operatingSystem": "linux",
+            "kernelVersion": platform.release(),
+            "kubeletVersion": KUBELET_VERSION,
+            "kubeProxyVersion": "",
+            "containerRuntimeVersion": "process://",
+            "osImage": "host",
+            "machineID": "",
+            "systemUUID": "",
+            "bootID": "",
+        },
+    }
+
+
+def node_manifest(
+    *,
+    name: str,
+    resources: NodeResources,
+    labels: Mapping[str, str],
+    host_ip: str,
+    now: str,
+    taints: Sequence[Mapping[str, str]] = (),
+) -> dict[str, Any]:
+    """The Node a runner registers: its labels (never kwok's annotation), taints and a Ready status."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": _arch(),
+                RUNNER_LABEL: "true",
+                **labels,
+            },
+        },
+        "spec": {"taints": [dict(taint) for taint in taints]} if taints else {},
+        "status": node_status(name=name, resources=resources, host_ip=host_ip, now=now),
+    }
+
+
+def lease_manifest(*, node: str, node_uid: str, duration: int, renew_time: str) -> dict[str, Any]:
+    """The node's heartbeat Lease in ``kube-node-lease``, owned by the Node as kubelet's is."""
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": node,
+            "namespace": NODE_LEASE_NAMESPACE,
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid}],
+        },
+        "spec": {"holderIdentity": node, "leaseDurationSeconds": duration, "renewTime": renew_time},
+    }
+
+
+# Runs between nsenter/unshare and the container's command (``python -I -S -c`` with argv: hostname,
+# hosts file, command...): set the UTS hostname, bind the pod's hosts file on /etc/hosts in the private
+# mount namespace, ask for SIGKILL when the runner dies, then exec the command (same pid throughout).
+_POD_INIT = """\
+import ctypes, os, socket, sys
+hostname, hosts, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+socket.sethostname(hostname)
+if libc.mount(hosts.encode(), b"/etc/hosts", None, 4096, None) != 0:  # MS_BIND
+    print("process runner: /etc/hosts:", os.strerror(ctypes.get_errno()), file=sys.stderr)
+try:
+    os.execvp(argv[0], argv)
+except OSError as error:
+    print(f"process runner: cannot run {argv[0]!r}: {error}", file=sys.stderr)
+    sys.exit(127)
+"""
+
+
+def pod_argv(namespace: NetworkNamespace, *, hostname: str, hosts: Path, argv: Sequence[str]) -> list[str]:
+    """The full argv that runs a container's ``argv`` in the pod's network, UTS and mount namespaces."""
+    return [
+        *namespace.enter(),
+        "unshare",
+        "--uts",
+        "--mount",
+        "--",
+        sys.executable,
+        "-I",
+        "-S",
+        "-c",
+        _POD_INIT,
+        hostname,
+        str(hosts),
+        *argv,
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------
+# The API: raw JSON over the session kubernetes-asyncio builds from the kubeconfig.
+# ---------------------------------------------------------------------------------------------------
+
+
+class ApiError(RuntimeError):
+    """A Kubernetes API call answered with an error status."""
+
+    def __init__(self, method: str, path: str, status: int, body: str) -> None:
+        super().__init__(f"{method} {path}: HTTP {status}: {body[:500]}")
+        self.status = status
+
+
+class _Api:
+    """Just enough of a client: JSON in, dicts out, streams for watches. To be replaced by
+    ``bridge.runtime``'s client once that settles."""
+
+    def __init__(self, api_client: Any) -> None:
+        self._client = api_client
+
+    @classmethod
+    async def connect(cls, kubeconfig: Path) -> _Api:
+        configuration = k8s_client.Configuration()
+        await k8s_config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+        return cls(k8s_client.ApiClient(configuration))
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    @contextlib.asynccontextmanager
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        client_timeout: aiohttp.ClientTimeout | None = None,
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        response: aiohttp.ClientResponse = await self._client.call_api(
+            path,
+            method,
+            query_params=list((query or {}).items()),
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            body=body,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=client_timeout or aiohttp.ClientTimeout(total=30),
+        )
+        try:
+            if response.status >= 300:
+                raise ApiError(method, path, response.status, await response.text())
+            yield response
+        finally:
+            response.release()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        async with self._call(method, path, query=query, body=body, content_type=content_type) as response:
+            result: dict[str, Any] = await response.json()
+            return result
+
+    def watch(
+        self, path: str, *, query: Mapping[str, str], timeout: float
+    ) -> contextlib.AbstractAsyncContextManager[aiohttp.ClientResponse]:
+        """A context manager giving the response of a watch; iterate ``response.content`` for lines."""
+        return self._call(
+            "GET",
+            path,
+            query={**query, "watch": "1"},
+            client_timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=timeout),
+        )
+
+
+# ---------------------------------------------------------------------------------------------------
+# The runner.
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Container:
+    spec: Mapping[str, Any]
+    run: ContainerRun
+    init: bool
+    process: ManagedProcess | None = None
+    restart_at: float | None = None
+
+
+def check_prerequisites() -> None:
+    """Fail with a message naming what is missing: root, and util-linux's nsenter and unshare, and ip."""
+    if os.geteuid() != 0:
+        raise StackError("the process runner needs root (it creates network, UTS and mount namespaces)")
+    for tool, package in (("nsenter", "util-linux"), ("unshare", "util-linux"), ("ip", "iproute2")):
+        if shutil.which(tool) is None:
+            raise StackError(
+                f"the process runner needs {tool!r}: install it with `apt-get install {package}`"
+            )
+
+
+class _PodWorker:
+    """Owns one pod from the moment the runner sees it until the API no longer has it."""
+
+    def __init__(self, runner: ProcessRunner, pod: Pod) -> None:
+        self._runner = runner
+        self.pod: Pod = pod
+        self.uid: str = pod["metadata"]["uid"]
+        self.gone = False
+        self._wake = asyncio.Event()
+        self._wake.set()
+        self.namespace: NetworkNamespace | None = None
+        self._containers: list[_Container] = []
+        self._start_time: str | None = None
+        self._pod_ip: str | None = None
+        self._written: dict[str, Any] | None = None
+        self._finalized = False
+        self._timers: list[asyncio.TimerHandle] = []
+        self._pidfds: list[int] = []
+
+    # -- notifications -------------------------------------------------------------------------------
+
+    def update(self, pod: Pod, *, gone: bool = False) -> None:
+        self.pod = pod
+        self.gone = self.gone or gone
+        self._wake.set()
+
+    def _wake_later(self, delay: float) -> None:
+        loop = asyncio.get_running_loop()
+        self._timers = [timer for timer in self._timers if timer.when() > loop.time()]  # drop fired ones
+        self._timers.append(loop.call_later(delay, self._wake.set))
+
+    def _watch_exit(self, process: ManagedProcess) -> None:
+        """Wake when ``process`` exits: a pidfd becomes readable then; poll where pidfds are missing."""
+        loop = asyncio.get_running_loop()
+        try:
+            pidfd = os.pidfd_open(process.pid)
+        except OSError:
+            self._poll_exit(process)
+            return
+
+        def exited() -> None:
+            loop.remove_reader(pidfd)
+            self._close_pidfd(pidfd)
+            self._wake.set()
+
+        self._pidfds.append(pidfd)
+        loop.add_reader(pidfd, exited)
+
+    def _poll_exit(self, process: ManagedProcess) -> None:
+        def check() -> None:
+            if process.alive():
+                self._poll_exit(process)
+            else:
+                self._wake.set()
+
+        loop = asyncio.get_running_loop()
+        self._timers = [timer for timer in self._timers if timer.when() > loop.time()]
+        self._timers.append(loop.call_later(0.2, check))
+
+    def _close_pidfd(self, pidfd: int) -> None:
+        if pidfd in self._pidfds:
+            self._pidfds.remove(pidfd)
+            os.close(pidfd)
+
+    def release(self) -> None:
+        """Drop timers and pidfd readers (processes and namespaces are the lifecycle's or stop's)."""
+        loop = asyncio.get_running_loop()
+        for timer in self._timers:
+            timer.cancel()
+        self._timers.clear()
+        for pidfd in list(self._pidfds):
+            loop.remove_reader(pidfd)
+            self._close_pidfd(pidfd)
+
+    async def _next(self) -> None:
+        await self._wake.wait()
+        self._wake.clear()
+
+    # -- views ---------------------------------------------------------------------------------------
+
+    @property
+    def deleting(self) -> bool:
+        return self.gone or self.pod["metadata"].get("deletionTimestamp") is not None
+
+    @property
+    def _key(self) -> str:
+        return f"{self.pod['metadata'].get('namespace')}/{self.pod['metadata'].get('name')}"
+
+    def _runs(self, *, init: bool) -> list[ContainerRun]:
+        return [c.run for c in self._containers if c.init is init]
+
+    def _phase(self) -> Phase:
+        return pod_phase(init_containers=self._runs(init=True), containers=self._runs(init=False))
+
+    # -- the lifecycle -------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            phase = self.pod.get("status", {}).get("phase", "Pending")
+            if not self.deleting and phase == "Pending":
+                await self._run_pod()
+            elif not self.deleting and phase == "Running":
+                await self._mark_lost()
+            await self._finalize_when_deleted()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("process runner: pod %s failed unexpectedly; stopping its processes", self._key)
+            try:
+                await self._stop_processes(grace=0.0)
+                self._delete_namespace()
+            except Exception:  # the runner's stop() still kills and deletes whatever is left
+                log.exception("process runner: cleanup of pod %s failed", self._key)
+        finally:
+            self.release()
+            self._runner.forget(self)
+
+    async def _run_pod(self) -> None:
+        runner = self._runner
+        try:
+            check_runnable(self.pod, base_env=runner.base_env)
+        except UnrunnableError as refusal:
+            log.warning("process runner: pod %s refused: %s", self._key, refusal)
+            await self._fail_unstarted("Unrunnable", str(refusal))
+            return
+        spec = self.pod["spec"]
+        for init, entries in (
+            (True, spec.get("initContainers") or []),
+            (False, spec.get("containers") or []),
+        ):
+            for entry in entries:
+                run = ContainerRun(name=entry["name"], image=entry.get("image", ""))
+                run.waiting_reason = (
+                    "PodInitializing" if not init and spec.get("initContainers") else "ContainerCreating"
+                )
+                self._containers.append(_Container(spec=entry, run=run, init=init))
+        try:
+            self.namespace = await runner.create_namespace()
+        except StackError as error:
+            await self._fail_unstarted("NetworkNamespaceError", str(error))
+            return
+        self._start_time, self._pod_ip = now_rfc3339(), self.namespace.address
+        hostname, _ = pod_hostname(self.pod)
+        pod_dir = runner.pod_dir(self.uid)
+        (pod_dir / "hosts").write_text(hosts_file(self.pod, pod_ip=self.namespace.address))
+        log.info("process runner: pod %s at %s (%s)", self._key, self.namespace.address, self.namespace.name)
+        while True:
+            if self.deleting:
+                await self._terminate()
+                return
+            self._advance(hostname=hostname, pod_dir=pod_dir)
+            phase = self._phase()
+            written = await self._write_status(phase)
+            if phase in ("Succeeded", "Failed"):
+                self._delete_namespace()
+                if written:
+                    log.info("process runner: pod %s %s", self._key, phase)
+                    return
+            await self._next()
+
+    def _advance(self, *, hostname: str, pod_dir: Path) -> None:
+        """Reap exited processes and start the containers due now: init ones in order, then the rest."""
+        loop = asyncio.get_running_loop()
+        policy = self.pod["spec"].get("restartPolicy", "Always")
+        for container in self._containers:
+            if container.process is not None and not container.process.alive():
+                self._reap(container, policy=policy)
+        for container in self._containers:
+            run = container.run
+            if (
+                container.init
+                and run.state == "terminated"
+                and run.termination
+                and run.termination.exit_code == 0
+            ):
+                continue
+            if run.state == "waiting" and (
+                container.restart_at is None or container.restart_at <= loop.time()
+            ):
+                self._start(container, hostname=hostname, pod_dir=pod_dir)
+            if container.init:
+                return  # init containers run one at a time, and none of the others before all succeeded
+
+    def _start(self, container: _Container, *, hostname: str, pod_dir: Path) -> None:
+        runner, run, namespace = self._runner, container.run, self.namespace
+        assert namespace is not None
+        argv, env = container_command(
+            pod=self.pod, container=container.spec, pod_ip=namespace.address, host_ip=runner.host_ip,
+            base_env=runner.base_env,
+        )  # fmt: skip
+        working_dir = Path(container.spec.get("workingDir") or pod_dir)
+        if not working_dir.is_dir():
+            working_dir = pod_dir
+        meta = self.pod["metadata"]
+        name = f"{meta.get('namespace')}_{meta.get('name')}_{self.uid[:8]}_{run.name}"
+        if container.restart_at is not None:
+            run.restart_count += 1
+        try:
+            container.process = runner.group.start(
+                name,
+                pod_argv(namespace, hostname=hostname, hosts=pod_dir / "hosts", argv=argv),
+                env=env,
+                cwd=working_dir,
+                inherit_env=False,
+            )
+        except OSError as error:  # nsenter itself could not start: no retry would help
+            log.error("process runner: pod %s container %s cannot start: %s", self._key, run.name, error)
+            now = now_rfc3339()
+            run.state, run.termination = (
+                "terminated",
+                Termination(exit_code=128, started_at=now, finished_at=now, pid=0),
+            )
+            container.restart_at = None
+            return
+        container.restart_at = None
+        run.state, run.pid, run.started_at = "running", container.process.pid, now_rfc3339()
+        self._watch_exit(container.process)
+        log.info(
+            "process runner: pod %s container %s started, pid %d: %s", self._key, run.name, run.pid, argv
+        )
+
+    def _reap(self, container: _Container, *, policy: str) -> None:
+        process, run = container.process, container.run
+        assert process is not None
+        assert run.pid is not None
+        assert run.started_at is not None
+        code = exit_code_of(process.popen.returncode)
+        self._runner.group.stop(process, grace=0.0)  # the group may have children left: kill those too
+        container.process = None
+        ended = Termination(exit_code=code, started_at=run.started_at, finished_at=now_rfc3339(), pid=run.pid)
+        log.info("process runner: pod %s container %s exited with %d", self._key, run.name, code)
+        restart = should_restart(
+            policy,
+            code,
+            restarts=run.restart_count,
+            max_restarts=self._runner.max_restarts,
+            init=container.init,
+        )
+        run.pid = None
+        if restart:
+            delay = min(self._runner.restart_backoff * 2**run.restart_count, 30.0)
+            run.state, run.waiting_reason, run.last_termination = "waiting", "CrashLoopBackOff", ended
+            container.restart_at = asyncio.get_running_loop().time() + delay
+            self._wake_later(delay)
+        else:
+            run.state, run.termination = "terminated", ended
+
+    async def _stop_processes(self, *, grace: float) -> None:
+        """SIGTERM every running container, wait up to ``grace`` seconds, then SIGKILL what is left."""
+        running = [c for c in self._containers if c.process is not None]
+        for container in running:
+            assert container.process is not None
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(container.process.pid, signal.SIGTERM)
+        deadline = asyncio.get_running_loop().time() + grace
+        while any(c.process is not None and c.process.alive() for c in running):
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                break
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(remaining, 0.5)):
+                    await self._next()
+        for container in running:
+            process = container.process
+            assert process is not None
+            self._runner.group.stop(process, grace=0.0)
+            self._reap(container, policy="Never")
+
+    async def _terminate(self) -> None:
+        """The pod is being deleted: stop its processes, report the terminal phase, remove it."""
+        spec, meta = self.pod.get("spec", {}), self.pod["metadata"]
+        grace = min(
+            float(spec.get("terminationGracePeriodSeconds", 30)),
+            float(meta.get("deletionGracePeriodSeconds", 30) or 0),
+            self._runner.max_grace,
+        )
+        log.info("process runner: pod %s deleted, stopping it (grace %.0fs)", self._key, grace)
+        await self._stop_processes(grace=grace)
+        self._delete_namespace()
+        for _ in range(10):  # report the terminal phase before the pod goes (a few tries, then go on)
+            if self.gone or await self._write_status(terminal_phase(self._runs(init=False))):
+                return
+            await asyncio.sleep(1.0)
+
+    async def _finalize_when_deleted(self) -> None:
+        """Wait for the pod's deletion; finalize it as kubelet does (its processes are stopped by now)."""
+        while not self.gone:
+            if self.deleting and not self._finalized:
+                self._finalized = await self._runner.delete_pod(self.pod)
+                if not self._finalized:
+                    self._wake_later(1.0)
+            await self._next()
+
+    async def _fail_unstarted(self, reason: str, message: str) -> None:
+        spec = self.pod.get("spec", {})
+        runs = [ContainerRun(name=c["name"], image=c.get("image", "")) for c in spec.get("containers") or []]
+        while not self.deleting:
+            if await self._write_status("Failed", containers=runs, reason=reason, message=message):
+                return
+            await asyncio.sleep(1.0)
+
+    async def _mark_lost(self) -> None:
+        """A Running pod this runner did not start: its process is gone (the runner restarted)."""
+        log.warning(
+            "process runner: pod %s was Running before this runner started; marking it Failed", self._key
+        )
+        previous = {c["name"]: c for c in self.pod.get("status", {}).get("containerStatuses") or []}
+        runs: list[ContainerRun] = []
+        now = now_rfc3339()
+        for entry in self.pod["spec"].get("containers") or []:
+            before = previous.get(entry["name"], {})
+            run = ContainerRun(name=entry["name"], image=entry.get("image", ""), state="terminated")
+            run.restart_count = int(before.get("restartCount", 0))
+            started = before.get("state", {}).get("running", {}).get("startedAt") or now
+            run.termination = Termination(exit_code=137, started_at=started, finished_at=now, pid=0)
+            runs.append(run)
+        ip = self.pod.get("status", {}).get("podIP")
+        while not self.deleting:
+            written = await self._write_status(
+                "Failed", containers=runs, pod_ip=ip, reason="ProcessLost",
+                message="the process runner restarted; the pod's processes are gone",
+            )  # fmt: skip
+            if written:
+                return
+            await asyncio.sleep(1.0)
+
+    async def _write_status(
+        self,
+        phase: Phase,
+        *,
+        containers: Sequence[ContainerRun] | None = None,
+        pod_ip: str | None = None,
+        reason: str | None = None,
+        message: str | None = None,
+    ) -> bool:
+        """Merge-patch the pod's status if it changed; on failure, try again in a second."""
+        status = pod_status(
+            pod=self.pod,
+            init_containers=self._runs(init=True) if containers is None else [],
+            containers=self._runs(init=False) if containers is None else containers,
+            phase=phase,
+            pod_ip=self._pod_ip or pod_ip,
+            host_ip=self._runner.host_ip,
+            start_time=self._start_time or self.pod.get("status", {}).get("startTime") or now_rfc3339(),
+            now=now_rfc3339(),
+            previous=self._written,
+            reason=reason,
+            message=message,
+        )
+        if status == self._written:
+            return True
+        try:
+            await self._runner.patch_pod_status(self.pod, status)
+        except ApiError as error:
+            if error.status in (404, 409):  # 409: the uid precondition failed, a new pod has this name
+                log.info("process runner: pod %s is gone or replaced (%s)", self._key, error)
+                self.gone = True
+                return True
+            if error.status == 422:
+                log.error("process runner: status of pod %s rejected (a runner bug): %s", self._key, error)
+                return False
+            log.warning("process runner: status of pod %s not written, retrying: %s", self._key, error)
+            self._wake_later(1.0)
+            return False
+        except (aiohttp.ClientError, TimeoutError) as error:
+            log.warning("process runner: status of pod %s not written, retrying: %s", self._key, error)
+            self._wake_later(1.0)
+            return False
+        self._written = status
+        return True
+
+    def _delete_namespace(self) -> None:
+        if self.namespace is not None:
+            self._runner.delete_namespace(self.namespace)
+            self.namespace = None
+
+
+class ProcessRunner:
+    """Stands in for kubelet on ``node_names``: registers them, keeps them Ready, runs their pods.
+
+    Use ``async with ProcessRunner(...) as runner:``, or :meth:`start` and :meth:`stop`; from a command
+    line, ``python -m bridge.sandbox.runner --kubeconfig K --node N [--node M ...]``. Needs root (network,
+    UTS and mount namespaces) and ``nsenter``/``unshare`` (util-linux).
+    """
+
+    def __init__(
+        self,
+        *,
+        kubeconfig: Path,
+        node_names: Sequence[str],
+        workdir: Path,
+        resources: NodeResources | None = None,
+        labels: Mapping[str, str] | None = None,
+        taints: Sequence[Mapping[str, str]] = (),
+        host_ip: str = "127.0.0.1",
+        env: Mapping[str, str] | None = None,
+        max_restarts: int = 5,
+        restart_backoff: float = 1.0,
+        max_grace: float = 10.0,
+        lease_duration: int = 40,
+        heartbeat_interval: float = 10.0,
+        watch_timeout: int = 300,
+    ) -> None:
+        if not node_names:
+            raise ValueError("a process runner needs at least one node name")
+        self.kubeconfig = kubeconfig
+        self.node_names = list(node_names)
+        self.workdir = workdir
+        self.resources = resources or NodeResources()
+        self.labels = dict(labels or {})
+        self.taints = [dict(taint) for taint in taints]
+        self.host_ip = host_ip
+        self.base_env = {
+            "PATH": os.environ.get("PATH", DEFAULT_PATH),
+            "HOME": os.environ.get("HOME", "/root"),
+            **(env or {}),
+        }
+        self.max_restarts = max_restarts
+        self.restart_backoff = restart_backoff
+        self.max_grace = max_grace
+        self.lease_duration = lease_duration
+        self.heartbeat_interval = heartbeat_interval
+        self.watch_timeout = watch_timeout
+        self.group = ProcessGroup(workdir)
+        self._api: _Api | None = None
+        self._main: asyncio.Task[None] | None = None
+        self._tasks: asyncio.TaskGroup | None = None
+        self._workers: dict[str, _PodWorker] = {}
+        self._node_uids: dict[str, str] = {}
+        self._namespaces: dict[str, NetworkNamespace] = {}
+        self._creating: set[asyncio.Future[NetworkNamespace]] = set()
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Register the nodes (Ready, with their Leases), then watch and run their pods."""
+        if self._main is not None:
+            raise RuntimeError("process runner already started")
+        check_prerequisites()
+        self._api = await _Api.connect(self.kubeconfig)
+        try:
+            for name in self.node_names:
+                await self._register(name)
+                await self._renew_lease(name)
+        except BaseException:
+            await self._api.close()
+            self._api = None
+            raise
+        self._main = asyncio.create_task(self._run(), name="process-runner")
+        log.info("process runner: serving nodes %s", ", ".join(self.node_names))
+
+    async def stop(self, *, grace: float = 5.0) -> None:
+        """Stop watching, stop every process started (SIGTERM, then SIGKILL after ``grace``), delete
+        every namespace created. Pods and nodes stay as they are in the API (a restarted runner
+        reconciles them)."""
+        main, self._main = self._main, None
+        try:
+            if main is not None:
+                main.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await main
+        finally:
+            await self._stop_everything(grace=grace)
+            if self._api is not None:
+                await self._api.close()
+                self._api = None
+
+    async def _stop_everything(self, *, grace: float) -> None:
+        if self._creating:
+            await asyncio.gather(*self._creating, return_exceptions=True)
+        processes = list(self.group.processes)
+        for process in processes:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while any(p.alive() for p in processes) and time.monotonic() < deadline:  # noqa: ASYNC110 (Popen: no event)
+            await asyncio.sleep(0.05)
+        self.group.stop_all(grace=0.0)
+        for namespace in list(self._namespaces.values()):
+            self.delete_namespace(namespace)
+
+    async def __aenter__(self) -> ProcessRunner:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def _run(self) -> None:
+        async with asyncio.TaskGroup() as tasks:
+            self._tasks = tasks
+            tasks.create_task(self._heartbeat(), name="process-runner-heartbeat")
+            for name in self.node_names:
+                tasks.create_task(self._watch_pods(name), name=f"process-runner-pods-{name}")
+
+    # -- services for the pod workers ----------------------------------------------------------------
+
+    @property
+    def api(self) -> _Api:
+        if self._api is None:
+            raise RuntimeError("process runner not started")
+        return self._api
+
+    def pod_dir(self, uid: str) -> Path:
+        path = self.workdir / "pods" / uid
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def namespace_of(self, uid: str) -> NetworkNamespace | None:
+        """The network namespace of the pod with this uid while it has one (for tests and debugging)."""
+        worker = self._workers.get(uid)
+        return worker.namespace if worker else None
+
+    async def create_namespace(self) -> NetworkNamespace:
+        """Create a pod namespace in a thread; recorded even if the caller is cancelled meanwhile."""
+
+        def create() -> NetworkNamespace:
+            namespace = create_namespace()
+            self._namespaces[namespace.name] = namespace
+            return namespace
+
+        future: asyncio.Future[NetworkNamespace] = asyncio.ensure_future(asyncio.to_thread(create))
+        self._creating.add(future)
+        future.add_done_callback(self._creating.discard)
+        future.add_done_callback(lambda done: done.cancelled() or done.exception())  # retrieved, always
+        return await asyncio.shield(future)
+
+    def delete_namespace(self, namespace: NetworkNamespace) -> None:
+        namespace.delete()
+        self._namespaces.pop(namespace.name, None)
+
+    def forget(self, worker: _PodWorker) -> None:
+        if self._workers.get(worker.uid) is worker:
+            del self._workers[worker.uid]
+
+    async def patch_pod_status(self, pod: Pod, status: Mapping[str, Any]) -> None:
+        meta = pod["metadata"]
+        await self.api.request(
+            "PATCH",
+            f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
+            query={"fieldManager": FIELD_MANAGER},
+            body={"metadata": {"uid": meta["uid"]}, "status": status},
+            content_type="application/merge-patch+json",
+        )
+
+    async def delete_pod(self, pod: Pod) -> bool:
+        """Remove the pod for good (grace 0, only this uid); True when done or already gone."""
+        meta = pod["metadata"]
+        try:
+            await self.api.request(
+                "DELETE",
+                f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+                body={"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}},
+            )
+        except ApiError as error:
+            if error.status in (404, 409):
+                return True
+            log.warning("process runner: cannot delete pod %s/%s: %s", meta["namespace"], meta["name"], error)
+            return False
+        except (aiohttp.ClientError, TimeoutError) as error:
+            log.warning("process runner: cannot delete pod %s/%s: %s", meta["namespace"], meta["name"], error)
+            return False
+        return True
+
+    # -- nodes ---------------------------------------------------------------------------------------
+
+    async def _register(self, name: str) -> None:
+        manifest = node_manifest(
+            name=name,
+            resources=self.resources,
+            labels=self.labels,
+            host_ip=self.host_ip,
+            now=now_rfc3339(),
+            taints=self.taints,
+        )
+        try:
+            node = await self.api.request("POST", "/api/v1/nodes", body=manifest)
+        except ApiError as error:
+            if error.status != 409:
+                raise
+            node = await self.api.request(
+                "PATCH",
+                f"/api/v1/nodes/{name}",
+                body={"metadata": {"labels": manifest["metadata"]["labels"]}},
+                content_type="application/merge-patch+json",
+            )
+            await self._post_node_status(name)
+        self._node_uids[name] = node["metadata"]["uid"]
+
+    async def _post_node_status(self, name: str) -> None:
+        await self.api.request(
+            "PATCH",
+            f"/api/v1/nodes/{name}/status",
+            body={
+                "status": node_status(
+                    name=name, resources=self.resources, host_ip=self.host_ip, now=now_rfc3339()
+                )
+            },
+            content_type="application/merge-patch+json",
+        )
+
+    async def _renew_lease(self, name: str) -> None:
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases/{name}"
+        body = lease_manifest(
+            node=name, node_uid=self._node_uids[name], duration=self.lease_duration, renew_time=now_micro()
+        )
+        try:
+            await self.api.request(
+                "PATCH", path, body={"spec": body["spec"]}, content_type="application/merge-patch+json"
+            )
+        except ApiError as error:
+            if error.status != 404:
+                raise
+            await self.api.request(
+                "POST", f"/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases", body=body
+            )
+
+    async def _heartbeat(self) -> None:
+        """Renew each node's Lease every interval and re-post its Ready status every few intervals."""
+        beats = 0
+        while True:
+            await asyncio.sleep(self.heartbeat_interval)
+            beats += 1
+            for name in self.node_names:
+                try:
+                    if name not in self._node_uids:
+                        await self._register(name)
+                    elif beats % 6 == 0:
+                        try:
+                            await self._post_node_status(name)
+                        except ApiError as error:
+                            if error.status == 404:  # the node was deleted: register it again
+                                self._node_uids.pop(name, None)
+                            raise
+                    await self._renew_lease(name)
+                except ApiError as error:
+                    log.warning("process runner: heartbeat of node %s failed: %s", name, error)
+                except (aiohttp.ClientError, TimeoutError) as error:
+                    log.warning("process runner: heartbeat of node %s failed: %s", name, error)
+
+    # -- pods ----------------------------------------------------------------------------------------
+
+    async def _watch_pods(self, node: str) -> None:
+        """List then watch the pods bound to ``node``; relist on 410 or any error, with backoff."""
+        query = {"fieldSelector": f"spec.nodeName={node}"}
+        backoff = 0.5
+        while True:
+            try:
+                listing = await self.api.request("GET", "/api/v1/pods", query=query)
+                version = listing["metadata"]["resourceVersion"]
+                self._replace(node, listing.get("items") or [])
+                backoff = 0.5
+                while version is not None:
+                    version = await self._watch_once(query, version)
+            except (ApiError, aiohttp.ClientError, TimeoutError, ValueError) as error:
+                log.warning("process runner: watch of pods on %s failed, relisting: %s", node, error)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+            except Exception:
+                log.exception("process runner: watch of pods on %s broke, relisting", node)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+
+    async def _watch_once(self, query: Mapping[str, str], version: str) -> str | None:
+        """One watch request from ``version``; the version to go on from, or None to relist."""
+        watch_query = {
+            **query,
+            "resourceVersion": version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(self.watch_timeout),
+        }
+        async with self.api.watch(
+            "/api/v1/pods", query=watch_query, timeout=self.watch_timeout + 30
+        ) as response:
+            async for line in response.content:
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        return None
+                    raise ApiError("WATCH", "/api/v1/pods", int(obj.get("code", 500)), json.dumps(obj))
+                version = obj.get("metadata", {}).get("resourceVersion", version)
+                if kind in ("ADDED", "MODIFIED", "DELETED"):
+                    self._observe(obj, gone=kind == "DELETED")
+        return version
+
+    def _replace(self, node: str, pods: Sequence[Pod]) -> None:
+        """A fresh list of ``node``'s pods: observe each; those no longer there are gone."""
+        present = {pod["metadata"]["uid"] for pod in pods}
+        for worker in list(self._workers.values()):
+            if worker.pod.get("spec", {}).get("nodeName") == node and worker.uid not in present:
+                worker.update(worker.pod, gone=True)
+        for pod in pods:
+            self._observe(pod, gone=False)
+
+    def _observe(self, pod: Pod, *, gone: bool) -> None:
+        uid = pod["metadata"]["uid"]
+        worker = self._workers.get(uid)
+        if worker is not None:
+            worker.update(pod, gone=gone)
+            return
+        if gone or self._tasks is None:
+            return
+        worker = _PodWorker(self, pod)
+        self._workers[uid] = worker
+        meta = pod["metadata"]
+        self._tasks.create_task(
+            worker.run(), name=f"process-runner-pod-{meta.get('namespace')}/{meta.get('name')}"
+        )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Command line.
+# ---------------------------------------------------------------------------------------------------
+
+
+def _pairs(values: Sequence[str], what: str) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for value in values:
+        key, sep, rest = value.partition("=")
+        if not sep:
+            raise SystemExit(f"--{what} takes KEY=VALUE, got {value!r}")
+        pairs[key] = rest
+    return pairs
+
+
+def _taints(values: Sequence[str]) -> list[dict[str, str]]:
+    taints: list[dict[str, str]] = []
+    for key, rest in _pairs(values, "taint").items():
+        value, sep, effect = rest.rpartition(":")
+        if not sep:
+            raise SystemExit(f"--taint takes KEY=VALUE:EFFECT, got {key}={rest}")
+        taints.append({"key": key, "value": value, "effect": effect})
+    return taints
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bridge.sandbox.runner",
+        description="Run the pods bound to the given nodes as local processes (a kubelet for the sandbox).",
+    )
+    parser.add_argument("--kubeconfig", type=Path, required=True)
+    parser.add_argument("--node", dest="nodes", action="append", required=True, help="node name (repeatable)")
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/k8s-bridge-runner"))  # noqa: S108
+    parser.add_argument("--cpu", default="8")
+    parser.add_argument("--memory", default="32Gi")
+    parser.add_argument("--pods", default="110")
+    parser.add_argument("--resource", action="append", default=[], help="extended resource NAME=COUNT")
+    parser.add_argument("--label", action="append", default=[], help="node label KEY=VALUE")
+    parser.add_argument("--taint", action="append", default=[], help="node taint KEY=VALUE:EFFECT")
+    parser.add_argument("--env", action="append", default=[], help="env KEY=VALUE for every container")
+    parser.add_argument("--host-ip", default="127.0.0.1")
+    return parser
+
+
+async def _serve(arguments: argparse.Namespace) -> None:
+    runner = ProcessRunner(
+        kubeconfig=arguments.kubeconfig,
+        node_names=arguments.nodes,
+        workdir=arguments.workdir,
+        resources=NodeResources(
+            cpu=arguments.cpu,
+            memory=arguments.memory,
+            pods=arguments.pods,
+            extended=_pairs(arguments.resource, "resource"),
+        ),
+        labels=_pairs(arguments.label, "label"),
+        taints=_taints(arguments.taint),
+        env=_pairs(arguments.env, "env"),
+        host_ip=arguments.host_ip,
+    )
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stopping.set)
+    async with runner:
+        await stopping.wait()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        asyncio.run(_serve(arguments))
+    except StackError as error:
+        print(f"process runner: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
