@@ -73,7 +73,9 @@ def stack_paths(versions: Mapping[str, Any] | None = None) -> StackPaths:
     """The paths the build produces (or KUBEBUILDER_ASSETS provides); nothing is checked or built."""
     versions = versions or load_versions()
     root = cache_root()
-    kube = root / "bin" / f"kubernetes-{versions['kubernetes']['version']}"
+    # "-stamped": built with the version linked in (see _kubernetes_ldflags); an older cache entry
+    # without it would report v0.0.0 and Kueue refuses to start against such an API server.
+    kube = root / "bin" / f"kubernetes-{versions['kubernetes']['version']}-stamped"
     assets = os.environ.get("KUBEBUILDER_ASSETS")
     envtest = Path(assets) if assets else kube
     return StackPaths(
@@ -136,6 +138,15 @@ def _install_atomically(target: Path, build: Any) -> None:
 _GO_BUILD_FLAGS = ["-trimpath", "-ldflags=-s -w"]
 
 
+def _kubernetes_ldflags(version: str) -> str:
+    """Link the release version in, as Kubernetes' own build does: clients (Kueue among them) read
+    it from /version, and an unstamped build reports ``v0.0.0-master+$Format:%H$``."""
+    major, minor = version.removeprefix("v").split(".")[:2]
+    package = "k8s.io/component-base/version"
+    stamps = {"gitVersion": version, "gitMajor": major, "gitMinor": minor, "gitTreeState": "clean"}
+    return " ".join(["-s", "-w", *(f"-X {package}.{key}={value}" for key, value in stamps.items())])
+
+
 def _kubernetes_wrapper(scratch: Path, versions: Mapping[str, Any]) -> Path:
     """A module that requires k8s.io/kubernetes and pins each staging module it replaces locally."""
     k8s_version: str = versions["kubernetes"]["version"]
@@ -183,7 +194,9 @@ def build_kubernetes(versions: Mapping[str, Any]) -> None:
             "k8s.io/kubernetes/cmd/kube-scheduler",
             "./etcd",
         ]
-        _run([_go(), "build", *_GO_BUILD_FLAGS, "-o", str(scratch) + "/", *commands], cwd=wrapper)
+        ldflags = _kubernetes_ldflags(versions["kubernetes"]["version"])
+        argv = [_go(), "build", "-trimpath", f"-ldflags={ldflags}", "-o", str(scratch) + "/", *commands]
+        _run(argv, cwd=wrapper)
         shutil.rmtree(wrapper)
 
     _install_atomically(target, build)

@@ -28,8 +28,9 @@ saying why, never half-run.
 Level-based: everything is derived from the pods on its nodes. A runner that starts and finds a pod
 Running that it did not start marks it Failed (its process is gone); a terminal pod being deleted is
 finalized. Each container process asks the kernel to SIGKILL it when the runner dies, so a crashed
-runner leaves no container processes behind; :meth:`ProcessRunner.stop` stops every process it
-started and deletes every namespace it created.
+runner leaves no container processes behind (children a command forked and left may survive, and so
+do the crashed runner's network namespaces: they are named at random, not after the pod);
+:meth:`ProcessRunner.stop` stops every process it started and deletes every namespace it created.
 """
 
 from __future__ import annotations
@@ -1097,6 +1098,13 @@ class ProcessRunner:
     Use ``async with ProcessRunner(...) as runner:``, or :meth:`start` and :meth:`stop`; from a command
     line, ``python -m bridge.sandbox.runner --kubeconfig K --node N [--node M ...]``. Needs root (network,
     UTS and mount namespaces) and ``nsenter``/``unshare`` (util-linux).
+
+    Options: ``resources`` (capacity = allocatable of each node, extended resources included),
+    ``labels`` and ``taints`` for the nodes (e.g. a ResourceFlavor's node labels); ``host_ip`` (the
+    nodes' InternalIP and the pods' hostIP); ``env`` added to every container's environment (which
+    otherwise holds only PATH, HOME, HOSTNAME and the container's own ``env``); ``max_restarts`` and
+    ``restart_backoff`` (doubling, capped at 30 s) bound local restarts; ``max_grace`` caps a deleted
+    pod's termination grace period; ``lease_duration`` / ``heartbeat_interval`` as kubelet's node lease.
     """
 
     def __init__(

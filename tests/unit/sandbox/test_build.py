@@ -62,3 +62,11 @@ def test_missing_go_is_a_named_missing_prerequisite(
     err = capsys.readouterr().err
     assert "Go toolchain" in err
     assert "Traceback" not in err
+
+
+def test_kubernetes_binaries_carry_their_release_version() -> None:
+    # Kueue reads the API server's /version and refuses an unstamped v0.0.0-master build.
+    flags = build._kubernetes_ldflags("v1.36.3")
+    assert "-X k8s.io/component-base/version.gitVersion=v1.36.3" in flags
+    assert "-X k8s.io/component-base/version.gitMinor=36" in flags
+    assert "-X k8s.io/component-base/version.gitMajor=1" in flags

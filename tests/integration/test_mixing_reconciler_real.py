@@ -1,0 +1,346 @@
+"""The WorkloadMixing reconciler against a real kube-apiserver with Kueue's CRDs and the WorkloadMixing
+CRD installed: semantic errors (a missing LocalQueue, WorkloadPriorityClass, Topology level) give
+``Ready=False`` with a reason naming the object and an Event, and are healed when the object appears,
+by the watch on Kueue objects, without restarting anything; ``observedGeneration`` follows the spec;
+a new generation that is not usable leaves the last good one in the live configuration and sets
+``Degraded``; counts reported by the bridges reach the status; nothing is written in a loop.
+
+The control plane is this module's own (etcd + kube-apiserver, no controllers: nothing else writes
+these objects); Kueue's CRDs come from the stack's build cache (``python3 -m bridge.sandbox.build all``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from bridge.api.mixing import API_VERSION, KIND, SourceCounts
+from bridge.mixing_config import CountsBoard, MixingConfigs
+from bridge.runtime.client import Client
+from bridge.runtime.events import EventRecorder
+from bridge.runtime.handlers import Object
+from bridge.runtime.informer import SharedInformerFactory
+from bridge.runtime.session import Session
+from bridge.sandbox.build import MissingPrerequisiteError, stack_paths
+from bridge.sandbox.kube import ControlPlane
+from bridge.sandbox.processes import StackError
+from reconcilers.mixing import KUEUE_API_VERSION, setup_mixing_controller
+from tests.fixtures.mixing import slurm_spec, target
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+WORKLOADMIXING_CRDS = REPO_ROOT / "charts" / "k8s-bridge" / "crds"
+TIMEOUT = 30.0
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """etcd + kube-apiserver with Kueue's and the WorkloadMixing CRDs; every process stopped after."""
+    control_plane = ControlPlane(workdir=tmp_path_factory.mktemp("mixing-kube"))
+    try:
+        control_plane.start()
+    except MissingPrerequisiteError as missing:
+        pytest.fail(f"the Kubernetes control plane: missing prerequisite: {missing}", pytrace=False)
+    except StackError as failed:
+        pytest.fail(f"the Kubernetes control plane did not start: {failed}", pytrace=False)
+    try:
+        try:
+            control_plane.install_crds(WORKLOADMIXING_CRDS, stack_paths().crds["kueue"])
+        except (MissingPrerequisiteError, StackError) as failed:
+            pytest.fail(f"installing the CRDs failed: {failed}", pytrace=False)
+        yield control_plane
+    finally:
+        pids = [p.pid for p in control_plane.group.processes]
+        control_plane.stop()
+        assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()], "control plane processes left"
+
+
+class CountingClient(Client):
+    """Counts status writes, so a test can tell a no-op write (which the server ignores) from none."""
+
+    status_writes = 0
+
+    async def update_status(self, obj: Object, *, field_manager: str | None = None) -> Object:
+        self.status_writes += 1
+        return await super().update_status(obj, field_manager=field_manager)
+
+
+@pytest.fixture
+async def client(plane: ControlPlane) -> AsyncIterator[CountingClient]:
+    async with await Session.load(config_file=plane.kubeconfig) as session:
+        yield CountingClient(session)
+
+
+@pytest.fixture
+async def namespace(client: Client) -> AsyncIterator[str]:
+    name = f"wm-{uuid.uuid4().hex[:8]}"
+    await client.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    await client.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "jwt", "namespace": name},
+            "stringData": {"token": "not-a-real-jwt"},
+        }
+    )
+    yield name
+    await client.delete("v1", "Namespace", name, missing_ok=True)
+
+
+@dataclass
+class Running:
+    configs: MixingConfigs
+    board: CountsBoard
+
+
+@asynccontextmanager
+async def mixing_controller(client: Client, *, recheck_after: float | None) -> AsyncIterator[Running]:
+    """The reconciler and its informers, running until the block ends (both stopped and awaited)."""
+    factory = SharedInformerFactory(client)
+    running = Running(configs=MixingConfigs(), board=CountsBoard())
+    controller = await setup_mixing_controller(
+        client=client,
+        factory=factory,
+        configs=running.configs,
+        recorder=EventRecorder(client, reporting_controller="k8s-bridge/mixing", reporting_instance="test"),
+        counts=running.board,
+        recheck_after=recheck_after,
+        registry=CollectorRegistry(),
+    )
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(factory.run(), name="informers")
+        tg.create_task(controller.run(), name="mixing controller")
+        try:
+            yield running
+        finally:
+            controller.stop()
+            factory.stop()
+
+
+def mixing(name: str, spec: dict[str, Any]) -> Object:
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "spec": spec}
+
+
+def slurm(namespace: str, **overrides: Any) -> dict[str, Any]:
+    """A Slurm spec whose every reference lives in ``namespace`` (LocalQueue ``hpc``, Secret ``jwt``)."""
+    spec = slurm_spec(
+        auth={"tokenSecretRef": {"namespace": namespace, "name": "jwt"}},
+        mapping={"default": target("hpc", namespace=namespace)},
+        **overrides,
+    )
+    return {"slurm": spec, "shared": {"jobSetNamespace": namespace}}
+
+
+def local_queue(namespace: str, name: str) -> Object:
+    return {
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "LocalQueue",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"clusterQueue": "shared"},
+    }
+
+
+def reader(client: Client, name: str) -> Callable[[], Awaitable[Object]]:
+    """Reads the WorkloadMixing ``name`` from the API server (not from any cache)."""
+
+    async def get() -> Object:
+        return await client.get(API_VERSION, KIND, name)
+
+    return get
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+async def eventually(probe: Callable[[], Awaitable[Any]], check: Callable[[Any], bool], *, what: str) -> Any:
+    """Poll ``probe`` until ``check`` holds for its value; fail naming ``what`` and the last value."""
+    last: Any = None
+    try:
+        async with asyncio.timeout(TIMEOUT):
+            while True:
+                last = await probe()
+                if check(last):
+                    return last
+                await asyncio.sleep(0.1)
+    except TimeoutError:
+        pytest.fail(f"timed out after {TIMEOUT} s waiting for {what}; last seen: {last}")
+
+
+def conditions(obj: Object) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or ()}
+
+
+def ready_is(status: str, reason: str, *, generation: int | None = None) -> Callable[[Object], bool]:
+    def check(obj: Object) -> bool:
+        ready = conditions(obj).get("Ready") or {}
+        observed = (obj.get("status") or {}).get("observedGeneration")
+        return (
+            ready.get("status") == status
+            and ready.get("reason") == reason
+            and (generation is None or observed == generation)
+        )
+
+    return check
+
+
+async def events_about(client: Client, name: str) -> list[Object]:
+    # The WorkloadMixing is cluster-scoped: its Events go to "default".
+    items = await client.list("events.k8s.io/v1", "Event", namespace="default")
+    return [e for e in items if (e.get("regarding") or {}).get("name") == name]
+
+
+async def test_missing_local_queue_then_created(client: CountingClient, namespace: str) -> None:
+    name = unique("wm")
+    await client.create(mixing(name, slurm(namespace)))
+    get = reader(client, name)
+
+    async with mixing_controller(client, recheck_after=0.3) as running:
+        broken = await eventually(get, ready_is("False", "LocalQueueNotFound"), what="Ready=False")
+        message = conditions(broken)["Ready"]["message"]
+        assert f"LocalQueue {namespace}/hpc not found" in message
+        assert "spec.slurm.mapping.default.localQueue" in message
+        assert broken["status"]["observedGeneration"] == 1
+        assert running.configs.get(name).current is None
+        warnings = await eventually(
+            lambda: events_about(client, name),
+            lambda events: any(e["reason"] == "LocalQueueNotFound" for e in events),
+            what="a LocalQueueNotFound Event",
+        )
+        (warning,) = [e for e in warnings if e["reason"] == "LocalQueueNotFound"]
+        assert warning["type"] == "Warning"
+        assert f"{namespace}/hpc" in warning["note"]
+        assert warning["regarding"]["kind"] == KIND
+
+        # The LocalQueue appears; the same reconciler, never restarted, turns Ready. (That the
+        # LocalQueue watch, not the recheck, does it is the next test's point.)
+        await client.create(local_queue(namespace, "hpc"))
+        fixed = await eventually(get, ready_is("True", "ConfigurationValid"), what="Ready=True")
+        assert conditions(fixed)["Degraded"]["status"] == "False"
+        current = running.configs.get(name).current
+        assert current is not None
+        assert current.generation == 1
+        assert current.spec.slurm is not None
+        await eventually(
+            lambda: events_about(client, name),
+            lambda events: any(e["reason"] == "ConfigurationValid" and e["type"] == "Normal" for e in events),
+            what="a ConfigurationValid Event",
+        )
+
+        # Settled: rechecks every 0.3 s find nothing new, so nothing is written, not even a no-op.
+        settled, writes = (await get())["metadata"]["resourceVersion"], client.status_writes
+        await asyncio.sleep(2.0)
+        assert (await get())["metadata"]["resourceVersion"] == settled
+        assert client.status_writes == writes
+
+
+async def test_kueue_objects_appearing_requeue_through_the_watch(client: Client, namespace: str) -> None:
+    """With no periodic recheck, only the watches on Kueue objects can heal the status."""
+    name, priority = unique("wm"), unique("prio")
+    spec = slurm(namespace, topology={"switches": {"required": "example.com/rack"}})
+    spec["slurm"]["mapping"] = {"default": target("hpc", namespace=namespace, priority=priority)}
+    await client.create(mixing(name, spec))
+    get = reader(client, name)
+
+    async with mixing_controller(client, recheck_after=None):
+        await eventually(get, ready_is("False", "LocalQueueNotFound"), what="LocalQueueNotFound")
+        await client.create(local_queue(namespace, "hpc"))
+        await eventually(get, ready_is("False", "PriorityClassNotFound"), what="PriorityClassNotFound")
+        await client.create(
+            {
+                "apiVersion": KUEUE_API_VERSION,
+                "kind": "WorkloadPriorityClass",
+                "metadata": {"name": priority},
+                "value": 100,
+            }
+        )
+        await eventually(get, ready_is("False", "TopologyLevelNotFound"), what="TopologyLevelNotFound")
+        await client.create(
+            {
+                "apiVersion": KUEUE_API_VERSION,
+                "kind": "Topology",
+                "metadata": {"name": unique("topo")},
+                "spec": {
+                    "levels": [{"nodeLabel": "example.com/rack"}, {"nodeLabel": "kubernetes.io/hostname"}]
+                },
+            }
+        )
+        await eventually(get, ready_is("True", "ConfigurationValid"), what="Ready=True")
+
+
+async def test_unusable_update_keeps_the_last_good_configuration(client: Client, namespace: str) -> None:
+    name, priority = unique("wm"), unique("prio")
+    await client.create(local_queue(namespace, "hpc"))
+    await client.create(mixing(name, slurm(namespace)))
+    get = reader(client, name)
+
+    async with mixing_controller(client, recheck_after=5.0) as running:
+        await eventually(get, ready_is("True", "ConfigurationValid", generation=1), what="generation 1 ready")
+        live = running.configs.get(name)
+        good = live.current
+        assert good is not None
+        assert good.generation == 1
+        seen = live.version
+
+        # Schema-valid, semantically broken: a WorkloadPriorityClass that does not exist.
+        patch = {
+            "spec": {"slurm": {"mapping": {"default": target("hpc", namespace=namespace, priority=priority)}}}
+        }
+        await client.patch(API_VERSION, KIND, name, patch)
+        blocked = await eventually(
+            get, ready_is("False", "PriorityClassNotFound", generation=2), what="generation 2 blocked"
+        )
+        degraded = conditions(blocked)["Degraded"]
+        assert degraded["status"] == "True"
+        assert degraded["reason"] == "LastGoodConfigurationInUse"
+        assert "generation 1" in degraded["message"]
+        assert live.current is good
+        assert live.version == seen
+        assert any(e["reason"] == "PriorityClassNotFound" for e in await events_about(client, name))
+
+        # The bridges learn of the fix without a restart: they are waiting for the next version.
+        async with asyncio.TaskGroup() as tg:
+            change = tg.create_task(live.wait_for_change(after=seen))
+            await client.create(
+                {
+                    "apiVersion": KUEUE_API_VERSION,
+                    "kind": "WorkloadPriorityClass",
+                    "metadata": {"name": priority},
+                    "value": 10,
+                }
+            )
+            async with asyncio.timeout(TIMEOUT):
+                snapshot = await change
+        assert snapshot is not None
+        assert snapshot.generation == 2
+        assert snapshot.spec.slurm is not None
+        assert snapshot.spec.slurm.mapping.default.priority_class == priority
+        healed = await eventually(get, ready_is("True", "ConfigurationValid", generation=2), what="healed")
+        assert conditions(healed)["Degraded"]["reason"] == "AsExpected"
+
+
+async def test_counts_from_the_provider_reach_the_status(client: Client, namespace: str) -> None:
+    name = unique("wm")
+    await client.create(local_queue(namespace, "hpc"))
+    await client.create(mixing(name, slurm(namespace)))
+    get = reader(client, name)
+
+    # No periodic recheck: the board itself queues the reconcile.
+    async with mixing_controller(client, recheck_after=None) as running:
+        ready = await eventually(get, ready_is("True", "ConfigurationValid"), what="Ready=True")
+        assert ready["status"]["sources"] == {"slurm": {"held": 0, "queued": 0, "admitted": 0, "running": 0}}
+        running.board.set(name, "slurm", SourceCounts(held=3, queued=2, admitted=1, running=5))
+        counted = await eventually(
+            get,
+            lambda obj: (obj.get("status") or {}).get("sources", {}).get("slurm", {}).get("running") == 5,
+            what="counts in status",
+        )
+        assert counted["status"]["sources"]["slurm"] == {"held": 3, "queued": 2, "admitted": 1, "running": 5}
+        assert "ray" not in counted["status"]["sources"]
