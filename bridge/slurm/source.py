@@ -1,0 +1,255 @@
+"""Slurm's job and node lists as sources of change for the runtime, polled cheaply.
+
+slurmrestd has no watch. Two :class:`~bridge.runtime.PolledSource` subclasses turn its lists into
+the store-plus-events interface every informer has, so the Slurm reconciler is triggered by a
+changed job exactly as by a changed JobSet, and reads both from memory:
+
+- :class:`SlurmJobSource` polls ``GET /jobs?update_time=`` (slurmctld answers "not modified" when
+  nothing changed: one cheap request per interval) and keeps only what the bridge acts on: jobs of
+  bridged partitions, plus jobs that still have a JobSet (a job submitted elsewhere then moved, or
+  a partition removed from the configuration). Objects are keyed ``<cluster>/<job id>``, the key of
+  the reconciler's requests. A finished job leaves slurmctld after ``MinJobAge``; it then vanishes
+  from the store, and the reconciler treats a vanished job with a JobSet as finished.
+- :class:`SlurmNodeSource` polls ``GET /nodes?update_time=`` and keeps the bridge's dynamic nodes,
+  indexed by the job they belong to, so "are all N nodes registered idle with the job's feature" is
+  a dictionary lookup instead of one REST call per job and reconcile. slurmrestd refuses the
+  conditional node list when nothing changed (HTTP 500: 22.05 "Unspecified error", 24.11 "Unable to
+  query partitions"; found on the local stack); the source then lists nodes whole.
+
+A failing poll backs off (0.8 s doubling to ``backoff_max``, jittered), so a dead slurmrestd costs
+a handful of requests per minute, never a storm. When a poll succeeds after failures, every stored
+object is replayed as an update: reconciles that failed meanwhile run again at once instead of
+waiting for their own (longer) backoff, so recovery takes at most one backoff period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable, Collection
+from typing import Any, Protocol
+
+from bridge.api.slurm_job import SlurmJob
+from bridge.api.slurm_node import SlurmNode
+from bridge.runtime.backoff import BackoffSettings
+from bridge.runtime.cache import IndexFunc, meta_namespace_key
+from bridge.runtime.handlers import Object
+from bridge.runtime.sources import NOT_MODIFIED, NotModified, PolledSource
+
+from .errors import NotModified as SlurmNotModified
+from .errors import SlurmAPIError
+from .versions import JobsPage, NodesPage
+
+__all__ = [
+    "JobLister",
+    "NodeLister",
+    "SlurmJobSource",
+    "SlurmNodeSource",
+    "job_key",
+    "job_object",
+    "job_of",
+    "node_object",
+    "node_of",
+    "source_backoff",
+]
+
+
+class JobLister(Protocol):
+    """What the job source needs of :class:`~bridge.slurm.SlurmClient`."""
+
+    async def poll_jobs(self) -> JobsPage | None: ...
+
+    async def list_jobs(self, *, update_time: int | None = None) -> JobsPage: ...
+
+
+class NodeLister(Protocol):
+    """What the node source needs of :class:`~bridge.slurm.SlurmClient`."""
+
+    async def list_nodes(self, *, update_time: int | None = None) -> NodesPage: ...
+
+
+def source_backoff(interval: float) -> BackoffSettings:
+    """Backoff of a Slurm source: from 0.8 s, doubling, at most ``max(8 s, 4 x interval)``."""
+    return BackoffSettings(initial=0.8, maximum=max(8.0, 4.0 * interval))
+
+
+def job_key(cluster: str, job_id: int) -> str:
+    """``<cluster>/<job id>``: the store key and, split at ``/``, the reconciler's request."""
+    return f"{cluster}/{job_id}"
+
+
+def job_object(cluster: str, job: SlurmJob) -> Object:
+    """The store's object for ``job``: Kubernetes-like metadata (for keys and requests) + the view."""
+    return {"metadata": {"namespace": cluster, "name": str(job.job_id)}, "job": job}
+
+
+def job_of(obj: Object) -> SlurmJob:
+    job = obj["job"]
+    assert isinstance(job, SlurmJob)
+    return job
+
+
+def node_object(node: SlurmNode) -> Object:
+    return {"metadata": {"name": node.name}, "node": node}
+
+
+def node_of(obj: Object) -> SlurmNode:
+    node = obj["node"]
+    assert isinstance(node, SlurmNode)
+    return node
+
+
+class _RecoveringSource(PolledSource):
+    """A polled source that replays its store once a poll succeeds after failures."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._failing = False
+        self.last_error: str | None = None
+
+    @property
+    def healthy(self) -> bool:
+        """False from a failed poll until the next successful one."""
+        return not self._failing
+
+    async def poll_once(self) -> None:
+        try:
+            await super().poll_once()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._failing = True
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            raise
+        if self._failing:
+            self._failing = False
+            self.last_error = None
+            self._log.info("polling recovered; replaying every object")
+            self.resync()
+
+
+class SlurmJobSource(_RecoveringSource):
+    """The jobs of bridged partitions (and of existing JobSets), keyed ``<cluster>/<job id>``.
+
+    ``partitions`` and ``bridged`` are read at every poll: the live configuration's bridged
+    partitions, and the ids of jobs that have a JobSet (from the JobSet informer). When Slurm
+    reports no change but either of them changed, the last list is filtered again.
+    """
+
+    def __init__(
+        self,
+        *,
+        slurm: JobLister,
+        cluster: Callable[[], str],
+        partitions: Callable[[], Collection[str]],
+        bridged: Callable[[], Collection[int]],
+        interval: float,
+        backoff: BackoffSettings | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rng: random.Random | None = None,
+        name: str = "slurm-jobs",
+    ) -> None:
+        super().__init__(
+            name=name,
+            poll=self._list,
+            key=meta_namespace_key,
+            interval=interval,
+            transform=None,
+            backoff=backoff if backoff is not None else source_backoff(interval),
+            sleep=sleep,
+            rng=rng,
+        )
+        self._slurm = slurm
+        self._cluster = cluster
+        self._partitions = partitions
+        self._bridged = bridged
+        self._jobs: tuple[SlurmJob, ...] | None = None
+        self._filter: tuple[str, frozenset[str], frozenset[int]] | None = None
+
+    async def _list(self) -> list[Object] | NotModified:
+        if not self._cluster():  # no configuration yet: no REST call
+            self._filter = None
+            return []
+        page = await self._slurm.poll_jobs()
+        if page is None and self._jobs is None:  # someone else polled this client first
+            page = await self._slurm.list_jobs()
+        if page is not None:
+            self._jobs = page.jobs
+        current = (self._cluster(), frozenset(self._partitions()), frozenset(self._bridged()))
+        if page is None and current == self._filter:
+            return NOT_MODIFIED
+        self._filter = current
+        cluster, partitions, bridged = current
+        if not cluster:  # no configuration yet: nothing is bridged
+            return []
+        return [
+            job_object(cluster, job)
+            for job in self._jobs or ()
+            if job.job_id in bridged or any(p in partitions for p in job.partitions)
+        ]
+
+    def job(self, job_id: int) -> SlurmJob | None:
+        """The stored job, or None (not in a bridged partition, or gone from slurmctld)."""
+        obj = self.store.get(job_key(self._cluster(), job_id))
+        return None if obj is None else job_of(obj)
+
+
+class SlurmNodeSource(_RecoveringSource):
+    """The dynamic nodes ``keep`` accepts (the bridge's own), keyed by node name.
+
+    While ``enabled()`` is false (no configuration yet) it reports an empty list without a request.
+
+    ``indexers`` work on the stored objects (use :func:`node_of`); the reconciler indexes nodes by
+    the job they were made for.
+    """
+
+    def __init__(
+        self,
+        *,
+        slurm: NodeLister,
+        keep: Callable[[SlurmNode], bool],
+        interval: float,
+        enabled: Callable[[], bool] = lambda: True,
+        indexers: dict[str, IndexFunc] | None = None,
+        backoff: BackoffSettings | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rng: random.Random | None = None,
+        name: str = "slurm-nodes",
+    ) -> None:
+        super().__init__(
+            name=name,
+            poll=self._list,
+            key=meta_namespace_key,
+            interval=interval,
+            transform=None,
+            indexers=indexers,
+            backoff=backoff if backoff is not None else source_backoff(interval),
+            sleep=sleep,
+            rng=rng,
+        )
+        self._slurm = slurm
+        self._keep = keep
+        self._enabled = enabled
+        self._update_time: int | None = None
+        self.conditional = True
+        """False once slurmrestd refused a conditional node list (22.05 and 24.11 answer
+        ``GET /nodes?update_time=`` with HTTP 500 when nothing changed); whole lists from then on."""
+
+    async def _list(self) -> list[Object] | NotModified:
+        if not self._enabled():  # no configuration yet: no REST call
+            self._update_time = None
+            return []
+        try:
+            page = await self._slurm.list_nodes(update_time=self._update_time if self.conditional else None)
+        except SlurmNotModified:
+            return NOT_MODIFIED
+        except SlurmAPIError as exc:
+            if not self.conditional or self._update_time is None:
+                raise
+            self._log.warning(
+                "conditional node list refused; listing nodes whole from now on", error=str(exc)
+            )
+            self.conditional = False
+            page = await self._slurm.list_nodes()
+        self._update_time = page.update_time
+        return [node_object(node) for node in page.nodes if self._keep(node)]

@@ -1,0 +1,897 @@
+"""The Slurm bridge's reconciler: one bridged Slurm job, observed whole, moved one step.
+
+Level-based, as in the design's state table (docs/controller.md, "State table"). Each reconcile
+observes everything about one job: the Slurm job (from the polled job source), its JobSet (from an
+informer, by the job's labels), the Workload Kueue made for it (by ``kueue.x-k8s.io/job-uid``), the
+JobSet's pods, and the dynamic Slurm nodes made for it (from the polled node source). Nothing else
+is remembered between reconciles, so a crash anywhere is recovered by observing again.
+
+Why split in two: :func:`decide` is a pure function from an :class:`Observed` to a
+:class:`Decision` (actions + when to look again + the job's phase). Every row of the table, every
+crash-recovery state and every hostile input is a unit test of that function, with no event loop
+and no fakes. :class:`SlurmReconciler` only gathers the observation and executes the actions.
+
+Why every action is safe to repeat: names are deterministic (the JobSet of a job, the nodes of a
+JobSet), creates ignore AlreadyExists, deletes ignore NotFound/InvalidNodeName, finalizers are
+patched with the resourceVersion read, and every Slurm write is confirmed first: the cached job
+may lag a poll behind, so before holding, releasing or requeueing, the reconciler reads the job
+afresh and decides again on that. A job is pinned and released only while it is still held.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import re
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+import structlog
+
+from bridge.admission import (
+    JOB_UID_LABEL,
+    JobSetState,
+    JobSetView,
+    WorkloadState,
+    WorkloadView,
+    describe_jobset,
+    describe_workload,
+    select_workload,
+)
+from bridge.api.mixing import WorkloadMixingSpec
+from bridge.api.slurm_job import SlurmJob
+from bridge.api.slurm_node import NodeState, SlurmNode
+from bridge.runtime.cache import Store
+from bridge.runtime.client import Client
+from bridge.runtime.controller import Request, Result
+from bridge.runtime.errors import AlreadyExists, NotFound
+from bridge.runtime.events import EventRecorder
+from bridge.runtime.finalizers import add_finalizer, has_finalizer, remove_finalizer
+from bridge.runtime.handlers import Object
+from bridge.slurm.errors import (
+    InvalidFeature,
+    InvalidJobId,
+    InvalidNodeName,
+    JobAlreadyDone,
+    SlurmAPIError,
+    SlurmAuthError,
+    SlurmUnavailable,
+)
+from bridge.slurm.metrics import SlurmMetrics
+from bridge.slurm.source import job_key, node_of
+from translators.slurm import (
+    ANNOTATION_FEATURE,
+    ANNOTATION_NODES,
+    DEFAULT_OPTIONS,
+    FINALIZER,
+    JOB_FEATURE_PREFIX,
+    JOBSET_API_VERSION,
+    JOBSET_KIND,
+    LABEL_CLUSTER,
+    LABEL_JOB_ID,
+    NODE_NAME_PREFIX,
+    Translation,
+    TranslationOptions,
+    Untranslatable,
+    job_feature,
+    node_names,
+    translate,
+)
+
+__all__ = [
+    "COMMENT_PREFIX",
+    "FIELD_MANAGER",
+    "INDEX_JOB",
+    "INDEX_JOB_UID",
+    "Action",
+    "AddFinalizer",
+    "ClearComment",
+    "CreateJobSet",
+    "Decision",
+    "DeleteJobSet",
+    "DeleteNodes",
+    "DrainNodes",
+    "Hold",
+    "MixingConfig",
+    "Observed",
+    "Phase",
+    "PinAndRelease",
+    "PodsView",
+    "RemoveFinalizer",
+    "ReportUnservable",
+    "RequeueHold",
+    "SlurmActions",
+    "SlurmReconciler",
+    "decide",
+    "jobset_job_keys",
+    "node_job_id",
+    "node_job_keys",
+    "pod_job_keys",
+    "request_for_key",
+    "unservable_comment",
+    "workload_uid_keys",
+]
+
+log = structlog.get_logger(__name__)
+
+FIELD_MANAGER = "k8s-bridge-slurm"
+COMMENT_PREFIX = "k8s-bridge: "
+"""Every comment the bridge writes on a job starts with this; only such comments are ever cleared."""
+_COMMENT_MAX = 480
+
+INDEX_JOB = "slurm-job"
+"""Informer/store index: ``<cluster>/<job id>`` of a JobSet or pod (labels); job id of a node."""
+INDEX_JOB_UID = "job-uid"
+"""Workload index: the JobSet uid in ``kueue.x-k8s.io/job-uid``."""
+
+WAIT_FOR_NODES = 1.0
+"""Seconds between looks while admitted and waiting for the job's nodes (the node source also
+triggers a reconcile when they change; this is the safety net)."""
+WAIT_FOR_SLURM = 1.0
+"""Seconds between looks while Slurm carries out a requeue-hold (COMPLETING -> PENDING held)."""
+WAIT_FOR_SLOT = 10.0
+"""Seconds between looks while ``limits.maxBridgedJobs`` JobSets exist."""
+SLURM_RETRY = 5.0
+"""Seconds before retrying when slurmrestd is unreachable (the job source's recovery replays all
+jobs sooner)."""
+
+
+class Phase(enum.StrEnum):
+    """Where a bridged job stands; a metric label and a log field."""
+
+    HELD = "held"
+    UNSERVABLE = "unservable"
+    QUEUED = "queued"
+    ADMITTED = "admitted"
+    RELEASING = "releasing"
+    RUNNING = "running"
+    EVICTED = "evicted"
+    FINISHING = "finishing"
+
+
+# --- actions -----------------------------------------------------------------------------------
+
+
+class Action:
+    """One step the reconciler executes; ``kind`` labels metrics and logs."""
+
+    kind: ClassVar[str] = "action"
+    slurm_write: ClassVar[bool] = False
+    """Writes to the Slurm job: confirmed against a fresh read of the job before it runs."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CreateJobSet(Action):
+    kind: ClassVar[str] = "create_jobset"
+    manifest: Mapping[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AddFinalizer(Action):
+    kind: ClassVar[str] = "add_finalizer"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RemoveFinalizer(Action):
+    kind: ClassVar[str] = "remove_finalizer"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeleteJobSet(Action):
+    kind: ClassVar[str] = "delete_jobset"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DrainNodes(Action):
+    kind: ClassVar[str] = "drain_nodes"
+    names: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeleteNodes(Action):
+    """Delete the job's dynamic nodes (each set DOWN first when Slurm says it is busy)."""
+
+    kind: ClassVar[str] = "delete_nodes"
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hold(Action):
+    """Hold a pending job (an admin hold: the bridge's token is SlurmUser's)."""
+
+    kind: ClassVar[str] = "hold"
+    slurm_write: ClassVar[bool] = True
+    reason: str
+    best_effort: bool = False
+    """A refusal is logged, not retried (24.11 refuses to hold a job its user already holds)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequeueHold(Action):
+    """Put a running job back in the queue, held (before Slurm requeues it onto dead nodes)."""
+
+    kind: ClassVar[str] = "requeue_hold"
+    slurm_write: ClassVar[bool] = True
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class PinAndRelease(Action):
+    """Pin to exactly ``nodes`` and ``constraints`` and release, in one REST call."""
+
+    kind: ClassVar[str] = "pin_and_release"
+    slurm_write: ClassVar[bool] = True
+    nodes: tuple[str, ...]
+    constraints: str
+    begin_now: bool
+    """Set ``begin_time`` to now: a requeued job would otherwise wait ~2 min (reason BeginTime)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportUnservable(Action):
+    """Write why the job stays held into its comment, and a Warning Event on the WorkloadMixing."""
+
+    kind: ClassVar[str] = "report_unservable"
+    slurm_write: ClassVar[bool] = True
+    code: str
+    reason: str
+    comment: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClearComment(Action):
+    """Remove a reason the bridge wrote earlier (the job has become servable)."""
+
+    kind: ClassVar[str] = "clear_comment"
+    slurm_write: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision:
+    """What to do now, when to look again (None: only on a change), and the job's phase."""
+
+    actions: tuple[Action, ...] = ()
+    requeue_after: float | None = None
+    phase: Phase | None = None
+    """None: nothing of this job is left to track (finished and cleaned up, or not ours)."""
+    why: str = ""
+
+
+# --- observation -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodsView:
+    """The JobSet's pods, counted."""
+
+    active: int = 0
+    """Pods not finished and not being deleted."""
+    running: int = 0
+
+    @classmethod
+    def of(cls, pods: Iterable[Mapping[str, Any]]) -> PodsView:
+        active = running = 0
+        for pod in pods:
+            phase = (pod.get("status") or {}).get("phase")
+            if "deletionTimestamp" in (pod.get("metadata") or {}) or phase in ("Succeeded", "Failed"):
+                continue
+            active += 1
+            running += phase == "Running"
+        return cls(active=active, running=running)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Observed:
+    """Everything one reconcile knows about one job."""
+
+    job_id: int
+    job: SlurmJob | None
+    """None: not (or no longer) known to slurmctld, i.e. finished and purged after MinJobAge."""
+    partitions: frozenset[str]
+    """The bridged partitions of the live configuration."""
+    translation: Translation | Untranslatable | None = None
+    """What would serve the job (None when the job is gone)."""
+    jobset: JobSetView | None = None
+    has_finalizer: bool = False
+    jobset_nodes: tuple[str, ...] = ()
+    """The node names recorded on the JobSet (annotation), for when the job cannot be translated."""
+    jobset_feature: str = ""
+    workload: WorkloadView | None = None
+    nodes: tuple[SlurmNode, ...] = ()
+    """The dynamic nodes registered for this job (feature ``bridge-job-<id>`` or name ``b<id>-<i>``)."""
+    pods: PodsView = field(default_factory=PodsView)
+    bridged_jobs: int = 0
+    """JobSets of this cluster that exist (for ``limits.maxBridgedJobs``)."""
+    max_bridged_jobs: int | None = None
+
+
+def unservable_comment(reason: str) -> str:
+    """The comment the bridge writes on a job it cannot serve: one ASCII line."""
+    text = " ".join("".join(ch if ch.isprintable() and ch.isascii() else " " for ch in reason).split())
+    return (COMMENT_PREFIX + "held: " + text)[:_COMMENT_MAX]
+
+
+def _node_names(o: Observed) -> tuple[str, ...]:
+    if isinstance(o.translation, Translation):
+        return o.translation.node_names
+    if o.jobset_nodes:
+        return o.jobset_nodes
+    return tuple(node_names(o.job)) if o.job is not None else ()
+
+
+def _feature(o: Observed) -> str:
+    if isinstance(o.translation, Translation):
+        return o.translation.feature
+    return o.jobset_feature or job_feature(o.job_id)
+
+
+def _constraints(o: Observed) -> str:
+    if isinstance(o.translation, Translation):
+        return o.translation.constraints
+    return _feature(o)
+
+
+def _in_bridged_partition(job: SlurmJob, partitions: Collection[str]) -> bool:
+    return any(p in partitions for p in job.partitions)
+
+
+def _nodes_ready(o: Observed) -> tuple[bool, str]:
+    names = _node_names(o)
+    if not names:
+        return False, "the job's node names are unknown"
+    feature = _feature(o)
+    by_name = {n.name: n for n in o.nodes}
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        return False, f"{len(names) - len(missing)}/{len(names)} nodes registered"
+    unusable = [n for n in names if not (by_name[n].is_idle_and_usable and by_name[n].has_feature(feature))]
+    if unusable:
+        return False, f"nodes not idle with feature {feature}: {', '.join(unusable[:8])}"
+    return True, f"all {len(names)} nodes registered idle with {feature}"
+
+
+def _cleanup(o: Observed, *, why: str, delete_jobset: bool = True, phase: Phase | None) -> Decision:
+    """Drain the nodes, delete the JobSet, delete the nodes, then drop the finalizer."""
+    actions: list[Action] = []
+    live = [n for n in o.nodes if not n.is_drained_or_draining and n.state is not NodeState.DOWN]
+    if live:
+        actions.append(DrainNodes(names=tuple(n.name for n in live), reason=f"k8s-bridge: {why}"))
+    js = o.jobset
+    if js is not None and delete_jobset and not js.deleting:
+        actions.append(DeleteJobSet())
+    # The recorded names too: a node that registered after the last node poll must not leak.
+    names = tuple(dict.fromkeys([*(n.name for n in o.nodes), *(o.jobset_nodes if js is not None else ())]))
+    if names:
+        actions.append(DeleteNodes(names=names))
+    if js is not None and o.has_finalizer:
+        actions.append(RemoveFinalizer())
+    if not actions:
+        return Decision(phase=phase, why=f"{why}; nothing left to clean up")
+    return Decision(actions=tuple(actions), phase=phase or Phase.FINISHING, why=f"{why}: cleaning up")
+
+
+def decide(o: Observed) -> Decision:
+    """The state table (docs/controller.md). Pure: same observation, same decision."""
+    job, js, wl = o.job, o.jobset, o.workload
+
+    # Finished, cancelled, or purged from slurmctld: drain, delete the JobSet, delete the nodes.
+    if job is None or job.is_finished:
+        why = "the job vanished from slurmctld" if job is None else f"the job ended ({job.state})"
+        return _cleanup(o, why=why, phase=None)
+
+    own = set(_node_names(o))
+    feature = _feature(o)
+    bridged_partition = _in_bridged_partition(job, o.partitions)
+
+    # The JobSet is being deleted by someone while the job lives: take the capacity back first,
+    # then clean up; once it is gone, a held job gets a new one (below).
+    if js is not None and js.deleting:
+        if job.is_running:
+            return Decision(
+                actions=(RequeueHold(reason="its JobSet is being deleted"),),
+                requeue_after=WAIT_FOR_SLURM,
+                phase=Phase.EVICTED,
+                why="JobSet deleted under a running job: requeue-hold",
+            )
+        if job.is_completing:
+            return Decision(requeue_after=WAIT_FOR_SLURM, phase=Phase.EVICTED, why="waiting for the requeue")
+        if not job.hold:
+            return Decision(
+                actions=(Hold(reason="its JobSet is being deleted"),),
+                phase=Phase.EVICTED,
+                why="JobSet deleted under a released job: hold",
+            )
+        return _cleanup(o, why="JobSet deleted while the job is held", delete_jobset=False, phase=Phase.HELD)
+
+    if job.is_running:
+        if js is None:
+            if not bridged_partition:
+                return Decision(why="running outside bridged partitions, no JobSet: not ours")
+            return Decision(
+                actions=(RequeueHold(reason="running in a bridged partition without capacity from Kueue"),),
+                requeue_after=WAIT_FOR_SLURM,
+                phase=Phase.EVICTED,
+                why="job running in a bridged partition without a JobSet (guard): requeue-hold",
+            )
+        if job.nodes and not set(job.nodes) <= own:
+            return Decision(
+                actions=(RequeueHold(reason="running on nodes that are not its own"),),
+                requeue_after=WAIT_FOR_SLURM,
+                phase=Phase.EVICTED,
+                why="job running on other nodes than its own (guard): requeue-hold",
+            )
+        actions: tuple[Action, ...] = () if o.has_finalizer else (AddFinalizer(),)
+        if wl is None:
+            return Decision(actions=actions, phase=Phase.RUNNING, why="running; Workload not seen yet")
+        if wl.state is WorkloadState.ADMITTED and js.state is not JobSetState.FAILED:
+            return Decision(actions=actions, phase=Phase.RUNNING, why="running on its admitted nodes")
+        return Decision(
+            actions=(
+                *actions,
+                RequeueHold(reason=f"its Workload is {wl.state} ({wl.reason or 'no reason'})"),
+            ),
+            requeue_after=WAIT_FOR_SLURM,
+            phase=Phase.EVICTED,
+            why=f"Workload {wl.state} while the job runs: requeue-hold before Slurm requeues it",
+        )
+
+    # Pending from here on (a requeue-hold passes through COMPLETING first).
+    if job.is_completing:
+        return Decision(requeue_after=WAIT_FOR_SLURM, phase=Phase.EVICTED, why="waiting for the requeue")
+
+    if not job.hold:
+        released_by_bridge = (
+            js is not None
+            and wl is not None
+            and wl.state is WorkloadState.ADMITTED
+            and bool(own)
+            and job.is_pinned_to(own, feature)
+        )
+        if released_by_bridge:
+            return Decision(phase=Phase.RELEASING, why="released onto its nodes; Slurm starts it")
+        if js is None and not bridged_partition:
+            return Decision(why="pending outside bridged partitions, no JobSet: not ours")
+        return Decision(
+            actions=(Hold(reason="pending unheld in a bridged partition without admitted capacity"),),
+            phase=Phase.HELD if js is None else Phase.EVICTED,
+            why="pending and not held, not released by the bridge (guard): hold",
+        )
+
+    # Held and pending.
+    if js is None:
+        if not bridged_partition:
+            return Decision(why="held outside bridged partitions, no JobSet: not ours")
+        t = o.translation
+        if not isinstance(t, Translation):
+            if t is None:
+                return Decision(phase=Phase.HELD, why="no translation")
+            comment = unservable_comment(t.reason)
+            if job.comment == comment:
+                return Decision(phase=Phase.UNSERVABLE, why=f"cannot be served ({t.code}); reason on the job")
+            return Decision(
+                actions=(ReportUnservable(code=str(t.code), reason=t.reason, comment=comment),),
+                phase=Phase.UNSERVABLE,
+                why=f"cannot be served ({t.code}): {t.reason}",
+            )
+        if o.max_bridged_jobs is not None and o.bridged_jobs >= o.max_bridged_jobs:
+            return Decision(
+                requeue_after=WAIT_FOR_SLOT,
+                phase=Phase.HELD,
+                why=f"{o.bridged_jobs} JobSets exist, the limit is {o.max_bridged_jobs}: waiting",
+            )
+        create: list[Action] = [CreateJobSet(manifest=t.manifest)]
+        if job.comment.startswith(COMMENT_PREFIX):
+            create.append(ClearComment())
+        if job.held_by == "user":
+            create.append(Hold(reason="user hold turned into the bridge's admin hold", best_effort=True))
+        return Decision(actions=tuple(create), phase=Phase.QUEUED, why=f"creating JobSet {t.name}")
+
+    pre: tuple[Action, ...] = () if o.has_finalizer else (AddFinalizer(),)
+    if js.state in (JobSetState.COMPLETED, JobSetState.FAILED) or (
+        wl is not None and wl.state is WorkloadState.FINISHED
+    ):
+        return _cleanup(o, why=f"the JobSet ended ({js.state}) before the job ran", phase=Phase.QUEUED)
+    if wl is None or wl.state in (WorkloadState.PENDING, WorkloadState.QUOTA_RESERVED):
+        state = "not made yet" if wl is None else wl.state
+        return Decision(actions=pre, phase=Phase.QUEUED, why=f"waiting for Kueue (Workload {state})")
+    if wl.state in (WorkloadState.EVICTED, WorkloadState.PREEMPTED):
+        # Stale nodes of the evicted pods go once the pods are gone; re-admission registers them anew.
+        if o.nodes and o.pods.active == 0:
+            return Decision(
+                actions=(*pre, DeleteNodes(names=tuple(n.name for n in o.nodes))),
+                phase=Phase.EVICTED,
+                why=f"Workload {wl.state}, job held: deleting the stale nodes",
+            )
+        return Decision(actions=pre, phase=Phase.EVICTED, why=f"Workload {wl.state}, job held: waiting")
+    # Admitted.
+    ready, detail = _nodes_ready(o)
+    if not ready:
+        return Decision(
+            actions=pre,
+            requeue_after=WAIT_FOR_NODES,
+            phase=Phase.ADMITTED,
+            why=f"admitted, waiting for nodes ({detail}; {o.pods.running} pods running)",
+        )
+    return Decision(
+        actions=(
+            *pre,
+            PinAndRelease(nodes=_node_names(o), constraints=_constraints(o), begin_now=job.restart_count > 0),
+        ),
+        phase=Phase.RELEASING,
+        why=f"admitted and {detail}: pin and release",
+    )
+
+
+# --- indexes and mappers -----------------------------------------------------------------------
+
+_NODE_NAME_RE = re.compile(rf"^{re.escape(NODE_NAME_PREFIX)}([0-9]{{1,12}})-[0-9]{{1,6}}$")
+
+
+def node_job_id(node: SlurmNode) -> int | None:
+    """The job a bridge node was made for: its ``bridge-job-<id>`` feature, else its dynamic name."""
+    for feature in (*node.features, *node.active_features):
+        if feature.startswith(JOB_FEATURE_PREFIX):
+            rest = feature[len(JOB_FEATURE_PREFIX) :]
+            if rest.isdigit() and len(rest) <= 12:
+                return int(rest)
+    match = _NODE_NAME_RE.match(node.name)
+    if match is not None and node.is_dynamic:
+        return int(match.group(1))
+    return None
+
+
+def _by_name(node: SlurmNode) -> tuple[int, str]:
+    return (len(node.name), node.name)  # b42-2 before b42-10
+
+
+def _labels_key(obj: Object) -> str | None:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    cluster, job_id = labels.get(LABEL_CLUSTER), labels.get(LABEL_JOB_ID)
+    if not cluster or not job_id or not str(job_id).isdigit():
+        return None
+    return job_key(str(cluster), int(job_id))
+
+
+def jobset_job_keys(obj: Object) -> list[str]:
+    """Index of JobSets: ``<cluster>/<job id>`` from the bridge's labels."""
+    key = _labels_key(obj)
+    return [key] if key is not None else []
+
+
+pod_job_keys = jobset_job_keys
+"""Index of pods: the same labels are on every slurmd pod."""
+
+
+def workload_uid_keys(obj: Object) -> list[str]:
+    uid = ((obj.get("metadata") or {}).get("labels") or {}).get(JOB_UID_LABEL)
+    return [str(uid)] if uid else []
+
+
+def node_job_keys(obj: Object) -> list[str]:
+    """Index of the node source: the job id (as a string) a node belongs to."""
+    job_id = node_job_id(node_of(obj))
+    return [str(job_id)] if job_id is not None else []
+
+
+def request_for_key(key: str) -> Request:
+    cluster, _, job_id = key.rpartition("/")
+    return Request(cluster, job_id)
+
+
+# --- the reconciler ----------------------------------------------------------------------------
+
+
+class SlurmActions(Protocol):
+    """The Slurm operations the reconciler needs (:class:`bridge.slurm.SlurmClient` fits)."""
+
+    async def get_job(self, job_id: int) -> SlurmJob: ...
+
+    async def hold_job(self, job_id: int) -> None: ...
+
+    async def requeue_hold(self, job_id: int) -> None: ...
+
+    async def set_comment(self, job_id: int, comment: str) -> None: ...
+
+    async def pin_and_release(
+        self, job_id: int, *, nodes: Sequence[str], constraints: str, begin_time: int | None = None
+    ) -> None: ...
+
+    async def drain_node(self, name: str, *, reason: str) -> None: ...
+
+    async def delete_node(self, name: str, *, down_if_busy: bool = True, reason: str = ...) -> None: ...
+
+
+class MixingConfig(Protocol):
+    """The live WorkloadMixing (the mixing controller's holder, or the program's own adapter)."""
+
+    @property
+    def spec(self) -> WorkloadMixingSpec | None: ...
+
+    @property
+    def object(self) -> Object | None:
+        """The resource as last read (for Events about it)."""
+        ...
+
+
+class JobSource(Protocol):
+    """What the reconciler needs of :class:`bridge.slurm.source.SlurmJobSource`."""
+
+    def job(self, job_id: int) -> SlurmJob | None: ...
+
+    def trigger(self) -> None: ...
+
+
+class SlurmReconciler:
+    """Gathers an :class:`Observed` for a ``<cluster>/<job id>`` request, decides, executes."""
+
+    def __init__(
+        self,
+        *,
+        client: Client,
+        slurm: SlurmActions,
+        config: MixingConfig,
+        jobs: JobSource,
+        jobsets: Store,
+        workloads: Store,
+        pods: Store,
+        nodes: Store,
+        metrics: SlurmMetrics,
+        recorder: EventRecorder | None = None,
+        on_phases: Callable[[Mapping[str, int]], None] | None = None,
+        options: TranslationOptions = DEFAULT_OPTIONS,
+        wall_clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client = client
+        self._slurm = slurm
+        self._config = config
+        self._jobs = jobs
+        self._jobsets = jobsets
+        self._workloads = workloads
+        self._pods = pods
+        self._nodes = nodes
+        self._metrics = metrics
+        self._recorder = recorder
+        self._on_phases = on_phases
+        self._options = options
+        self._wall_clock = wall_clock
+        self._clock = clock
+        self.phases: dict[str, Phase] = {}
+        self._queued_at: dict[str, float] = {}
+        self._admitted_at: dict[str, float] = {}
+        self._running_seen: set[str] = set()
+        metrics.live.phases = self.phase_counts
+
+    def phase_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for phase in list(self.phases.values()):
+            counts[phase.value] = counts.get(phase.value, 0) + 1
+        return counts
+
+    # --- observe ----------------------------------------------------------------------------------
+
+    def cluster(self) -> str:
+        spec = self._config.spec
+        return spec.slurm.cluster_name if spec is not None and spec.slurm is not None else ""
+
+    def _jobset_of(self, key: str) -> Object | None:
+        found = self._jobsets.by_index(INDEX_JOB, key)
+        if not found:
+            return None
+        return min(found, key=lambda o: ("deletionTimestamp" in o["metadata"], o["metadata"].get("name", "")))
+
+    def observe(self, job_id: int, job: SlurmJob | None) -> tuple[Observed, Object | None]:
+        """The observation for one job (``job`` as read from the source or fresh from Slurm)."""
+        spec = self._config.spec
+        slurm = spec.slurm if spec is not None else None
+        cluster = self.cluster()
+        key = job_key(cluster, job_id)
+        translation: Translation | Untranslatable | None = None
+        if job is not None and spec is not None and not job.is_finished:
+            translation = translate(job, spec, options=self._options)
+        raw_js = self._jobset_of(key)
+        view = describe_jobset(raw_js) if raw_js is not None else None
+        workload = None
+        jobset_nodes: tuple[str, ...] = ()
+        feature = ""
+        if raw_js is not None and view is not None:
+            if view.uid:
+                raw_wl = select_workload(
+                    self._workloads.by_index(INDEX_JOB_UID, view.uid), jobset_uid=view.uid
+                )
+                workload = describe_workload(raw_wl) if raw_wl is not None else None
+            annotations = raw_js["metadata"].get("annotations") or {}
+            jobset_nodes = tuple(n for n in str(annotations.get(ANNOTATION_NODES, "")).split(",") if n)
+            feature = str(annotations.get(ANNOTATION_FEATURE, ""))
+        observed = Observed(
+            job_id=job_id,
+            job=job,
+            partitions=frozenset(slurm.partitions) if slurm is not None else frozenset(),
+            translation=translation,
+            jobset=view,
+            has_finalizer=raw_js is not None and has_finalizer(raw_js, FINALIZER),
+            jobset_nodes=jobset_nodes,
+            jobset_feature=feature,
+            workload=workload,
+            nodes=tuple(
+                sorted((node_of(o) for o in self._nodes.by_index(INDEX_JOB, str(job_id))), key=_by_name)
+            ),
+            pods=PodsView.of(self._pods.by_index(INDEX_JOB, key)),
+            bridged_jobs=len(self._jobsets.index_values(INDEX_JOB)),
+            max_bridged_jobs=slurm.limits.max_bridged_jobs if slurm is not None else None,
+        )
+        return observed, raw_js
+
+    async def _fresh_job(self, job_id: int) -> SlurmJob | None:
+        try:
+            return await self._slurm.get_job(job_id)
+        except InvalidJobId:
+            return None
+
+    # --- reconcile --------------------------------------------------------------------------------
+
+    async def reconcile(self, request: Request) -> Result:
+        cluster = self.cluster()
+        if not cluster or request.namespace != cluster or not request.name.isdigit():
+            return Result()
+        job_id = int(request.name)
+        key = job_key(cluster, job_id)
+        observed, raw_js = self.observe(job_id, self._jobs.job(job_id))
+        decision = decide(observed)
+        try:
+            if any(a.slurm_write for a in decision.actions):
+                # The cached job may be a poll behind our own last write: confirm on a fresh read.
+                observed, raw_js = self.observe(job_id, await self._fresh_job(job_id))
+                decision = decide(observed)
+            self._track(key, decision)
+            if decision.actions:
+                log.info(
+                    "reconciling",
+                    job_id=job_id,
+                    phase=decision.phase,
+                    why=decision.why,
+                    actions=[a.kind for a in decision.actions],
+                )
+            else:
+                log.debug("nothing to do", job_id=job_id, phase=decision.phase, why=decision.why)
+            for action in decision.actions:
+                await self._execute(observed, raw_js, action)
+        except (SlurmUnavailable, SlurmAuthError) as exc:
+            log.warning("slurmrestd unusable; retrying later", job_id=job_id, error=str(exc))
+            return Result(requeue_after=SLURM_RETRY)
+        return Result(requeue_after=decision.requeue_after)
+
+    def _track(self, key: str, decision: Decision) -> None:
+        before = self.phases.get(key)
+        self._track_phase(key, decision.phase)
+        if self._on_phases is not None and self.phases.get(key) != before:
+            self._on_phases(self.phase_counts())
+
+    def _track_phase(self, key: str, phase: Phase | None) -> None:
+        now = self._clock()
+        if phase is None:
+            self.phases.pop(key, None)
+            self._queued_at.pop(key, None)
+            self._admitted_at.pop(key, None)
+            self._running_seen.discard(key)
+            return
+        self.phases[key] = phase
+        if phase in (Phase.QUEUED, Phase.EVICTED):
+            self._queued_at.setdefault(key, now)
+            self._admitted_at.pop(key, None)
+            self._running_seen.discard(key)
+        elif phase in (Phase.ADMITTED, Phase.RELEASING, Phase.RUNNING) and key not in self._admitted_at:
+            self._admitted_at[key] = now
+            queued = self._queued_at.pop(key, None)
+            if queued is not None:
+                self._metrics.held_to_admitted.observe(now - queued)
+        if phase is Phase.RUNNING and key not in self._running_seen:
+            self._running_seen.add(key)
+            admitted = self._admitted_at.get(key)
+            if admitted is not None:
+                self._metrics.admitted_to_running.observe(now - admitted)
+
+    async def _execute(self, o: Observed, raw_js: Object | None, action: Action) -> None:
+        try:
+            await self._run(o, raw_js, action)
+        except Exception:
+            self._metrics.actions.labels(action.kind, "error").inc()
+            raise
+        self._metrics.actions.labels(action.kind, "ok").inc()
+        if action.slurm_write:
+            self._jobs.trigger()  # see the effect at the next poll, now
+
+    async def _run(self, o: Observed, raw_js: Object | None, action: Action) -> None:
+        job_id = o.job_id
+        client = self._client
+        if isinstance(action, CreateJobSet):
+            try:
+                await client.create(dict(action.manifest), field_manager=FIELD_MANAGER)
+            except AlreadyExists:
+                log.debug("JobSet already exists", job_id=job_id)
+        elif isinstance(action, AddFinalizer):
+            if raw_js is not None:
+                await add_finalizer(client, raw_js, FINALIZER, field_manager=FIELD_MANAGER)
+        elif isinstance(action, RemoveFinalizer):
+            if raw_js is not None:
+                meta = raw_js["metadata"]
+                try:
+                    # Read again: a delete of the JobSet just now changed its resourceVersion.
+                    fresh = await client.get(
+                        JOBSET_API_VERSION, JOBSET_KIND, meta["name"], namespace=meta.get("namespace")
+                    )
+                    await remove_finalizer(client, fresh, FINALIZER, field_manager=FIELD_MANAGER)
+                except NotFound:
+                    pass
+        elif isinstance(action, DeleteJobSet):
+            if raw_js is not None:
+                meta = raw_js["metadata"]
+                await client.delete(
+                    JOBSET_API_VERSION,
+                    JOBSET_KIND,
+                    meta["name"],
+                    namespace=meta.get("namespace"),
+                    propagation_policy="Foreground",
+                    missing_ok=True,
+                )
+        elif isinstance(action, DrainNodes):
+            for name in action.names:
+                with contextlib.suppress(InvalidNodeName):
+                    await self._slurm.drain_node(name, reason=action.reason)
+        elif isinstance(action, DeleteNodes):
+            for name in action.names:
+                with contextlib.suppress(InvalidNodeName):
+                    await self._slurm.delete_node(name, reason=f"k8s-bridge: job {job_id} done")
+        elif isinstance(action, Hold):
+            try:
+                await self._slurm.hold_job(job_id)
+            except (InvalidJobId, JobAlreadyDone):
+                log.info("job ended before it could be held", job_id=job_id)
+            except SlurmAPIError as exc:
+                if not action.best_effort:
+                    raise
+                log.warning(
+                    "Slurm refused the hold; the job stays held as it is", job_id=job_id, error=str(exc)
+                )
+        elif isinstance(action, RequeueHold):
+            try:
+                await self._slurm.requeue_hold(job_id)
+            except (InvalidJobId, JobAlreadyDone):
+                log.info("job ended before it could be requeued", job_id=job_id)
+            if raw_js is not None:
+                await self._event(raw_js, "Warning", "RequeueHeld", f"Slurm job {job_id}: {action.reason}")
+        elif isinstance(action, PinAndRelease):
+            begin = int(self._wall_clock()) if action.begin_now else None
+            try:
+                await self._slurm.pin_and_release(
+                    job_id, nodes=action.nodes, constraints=action.constraints, begin_time=begin
+                )
+            except (InvalidNodeName, InvalidFeature) as exc:
+                # The node source saw nodes slurmctld has just lost: look again soon.
+                raise SlurmAPIError(f"pinning job {job_id}: {exc}") from exc
+            if raw_js is not None:
+                note = f"Slurm job {job_id} pinned to {','.join(action.nodes)} and released"
+                await self._event(raw_js, "Normal", "Released", note)
+        elif isinstance(action, ReportUnservable):
+            await self._slurm.set_comment(job_id, action.comment)
+            mixing = self._config.object
+            if mixing is not None:
+                await self._event(mixing, "Warning", action.code, f"Slurm job {job_id}: {action.reason}")
+        elif isinstance(action, ClearComment):
+            await self._slurm.set_comment(job_id, "")
+        else:  # pragma: no cover - every action class is handled above
+            raise TypeError(f"unknown action {action!r}")
+
+    async def _event(self, regarding: Object, type_: str, reason: str, note: str) -> None:
+        if self._recorder is None:
+            return
+        await self._recorder.event(
+            regarding,
+            type="Warning" if type_ == "Warning" else "Normal",
+            reason=reason,
+            note=note,
+            action=reason,
+        )

@@ -1,0 +1,652 @@
+"""reconcilers.slurm.decide: the state table, crash-recovery states, the guard, hostile input.
+
+Every test builds an observation by hand (no I/O) and checks the actions in order. The
+property test at the end walks the whole state space and checks the invariants that keep a job
+from running on the wrong nodes or being lost.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bridge.admission import JobSetState, JobSetView, WorkloadState, WorkloadView
+from bridge.api.mixing import WorkloadMixingSpec
+from bridge.api.slurm_job import JobState, SlurmJob
+from bridge.api.slurm_node import NodeState, SlurmNode
+from reconcilers.slurm import (
+    COMMENT_PREFIX,
+    AddFinalizer,
+    ClearComment,
+    CreateJobSet,
+    Decision,
+    DeleteJobSet,
+    DeleteNodes,
+    DrainNodes,
+    Hold,
+    Observed,
+    Phase,
+    PinAndRelease,
+    PodsView,
+    RemoveFinalizer,
+    ReportUnservable,
+    RequeueHold,
+    decide,
+    node_job_id,
+    unservable_comment,
+)
+from tests.fixtures.mixing import slurm_spec
+from translators.slurm import FINALIZER, Translation, Untranslatable, translate
+
+SPEC = WorkloadMixingSpec.model_validate({"slurm": slurm_spec()})
+NAMES = ("b42-0", "b42-1")
+FEATURE = "bridge-job-42"
+
+
+def job(**fields: Any) -> SlurmJob:
+    """Job 42: two nodes, pending, admin-held in the bridged partition; fields replace."""
+    base: dict[str, Any] = {
+        "job_id": 42,
+        "name": "demo",
+        "partition": "bridge",
+        "state": JobState.PENDING,
+        "hold": True,
+        "state_reason": "JobHeldAdmin",
+        "node_count": 2,
+        "cpus": 2,
+        "memory_per_node_mb": 1000,
+    }
+    base.update(fields)
+    return SlurmJob(**base)
+
+
+def released(**fields: Any) -> SlurmJob:
+    """Job 42 as the bridge leaves it after the release: pinned, unheld, pending."""
+    return job(hold=False, state_reason="None", required_nodes=NAMES, features=FEATURE, **fields)
+
+
+def running(**fields: Any) -> SlurmJob:
+    base: dict[str, Any] = {
+        "state": JobState.RUNNING,
+        "hold": False,
+        "nodes": NAMES,
+        "required_nodes": NAMES,
+        "features": FEATURE,
+    }
+    base.update(fields)
+    return job(**base)
+
+
+def jobset(*, state: JobSetState = JobSetState.SUSPENDED, deleting: bool = False) -> JobSetView:
+    return JobSetView(
+        name="slurm-hpc-42",
+        namespace="default",
+        uid="uid-42",
+        state=state,
+        suspended=state is JobSetState.SUSPENDED,
+        deleting=deleting,
+        restarts=0,
+        terminal_state="",
+        ready=0,
+    )
+
+
+def workload(state: WorkloadState, reason: str = "") -> WorkloadView:
+    return WorkloadView(
+        name="jobset-slurm-hpc-42-abcde",
+        namespace="default",
+        uid="wl-uid",
+        state=state,
+        reason=reason,
+        message="",
+        active=True,
+        cluster_queue="shared",
+    )
+
+
+def node(
+    name: str,
+    *,
+    state: NodeState = NodeState.IDLE,
+    features: tuple[str, ...] = ("k8sbridge", FEATURE),
+    flags: frozenset[str] = frozenset({"DYNAMIC_NORM"}),
+) -> SlurmNode:
+    return SlurmNode(name=name, state=state, features=features, state_flags=flags)
+
+
+IDLE = (node("b42-0"), node("b42-1"))
+
+
+def observe(
+    the_job: SlurmJob | None,
+    *,
+    js: JobSetView | None = None,
+    wl: WorkloadView | None = None,
+    nodes: tuple[SlurmNode, ...] = (),
+    pods: PodsView | None = None,
+    has_finalizer: bool = True,
+    spec: WorkloadMixingSpec = SPEC,
+    **extra: Any,
+) -> Observed:
+    translation: Translation | Untranslatable | None = None
+    if the_job is not None and not the_job.is_finished:
+        translation = translate(the_job, spec)
+    return Observed(
+        job_id=the_job.job_id if the_job is not None else 42,
+        job=the_job,
+        partitions=frozenset(spec.slurm.partitions if spec.slurm else ()),
+        translation=translation,
+        jobset=js,
+        has_finalizer=has_finalizer and js is not None,
+        jobset_nodes=NAMES if js is not None else (),
+        jobset_feature=FEATURE if js is not None else "",
+        workload=wl,
+        nodes=nodes,
+        pods=pods if pods is not None else PodsView(),
+        **extra,
+    )
+
+
+def kinds(decision: Decision) -> list[str]:
+    return [a.kind for a in decision.actions]
+
+
+# --- row 1: held, no JobSet -> create it suspended, or explain why not --------------------------
+
+
+def test_held_job_without_jobset_gets_a_suspended_jobset_with_the_finalizer() -> None:
+    d = decide(observe(job()))
+    assert kinds(d) == ["create_jobset"]
+    (create,) = d.actions
+    assert isinstance(create, CreateJobSet)
+    manifest = create.manifest
+    assert manifest["metadata"]["name"] == "slurm-hpc-42"
+    assert manifest["spec"]["suspend"] is True
+    assert FINALIZER in manifest["metadata"]["finalizers"]
+    assert d.phase is Phase.QUEUED
+
+
+def test_user_hold_is_turned_into_the_bridges_admin_hold_at_creation() -> None:
+    d = decide(observe(job(state_reason="JobHeldUser")))
+    assert kinds(d) == ["create_jobset", "hold"]
+    assert d.actions[1] == Hold(reason=d.actions[1].reason, best_effort=True)  # type: ignore[attr-defined]
+
+
+def test_a_reason_written_earlier_is_cleared_once_the_job_is_servable() -> None:
+    d = decide(observe(job(comment=COMMENT_PREFIX + "held: too many nodes")))
+    assert kinds(d) == ["create_jobset", "clear_comment"]
+
+
+def test_a_users_own_comment_is_never_cleared() -> None:
+    assert kinds(decide(observe(job(comment="my experiment")))) == ["create_jobset"]
+
+
+def test_unservable_job_stays_held_with_the_reason_in_its_comment() -> None:
+    d = decide(observe(job(node_count=100000)))
+    assert kinds(d) == ["report_unservable"]
+    (report,) = d.actions
+    assert isinstance(report, ReportUnservable)
+    assert report.code == "TooManyNodes"
+    assert report.comment.startswith(COMMENT_PREFIX)
+    assert d.phase is Phase.UNSERVABLE
+
+
+def test_unservable_reason_is_written_only_when_it_differs() -> None:
+    first = decide(observe(job(node_count=100000)))
+    (report,) = first.actions
+    assert isinstance(report, ReportUnservable)
+    again = decide(observe(job(node_count=100000, comment=report.comment)))
+    assert again.actions == ()
+    assert again.phase is Phase.UNSERVABLE
+
+
+def test_no_new_jobset_beyond_max_bridged_jobs() -> None:
+    d = decide(observe(job(), bridged_jobs=1000, max_bridged_jobs=1000))
+    assert d.actions == ()
+    assert d.requeue_after
+    assert d.phase is Phase.HELD
+    assert kinds(decide(observe(job(), bridged_jobs=999, max_bridged_jobs=1000))) == ["create_jobset"]
+
+
+def test_held_job_outside_bridged_partitions_is_not_ours() -> None:
+    d = decide(observe(job(partition="debug")))
+    assert d.actions == ()
+    assert d.phase is None
+
+
+# --- row 2: JobSet not admitted -> nothing ------------------------------------------------------
+
+
+@pytest.mark.parametrize("state", [None, WorkloadState.PENDING, WorkloadState.QUOTA_RESERVED])
+def test_not_admitted_means_nothing_to_do(state: WorkloadState | None) -> None:
+    wl = workload(state) if state is not None else None
+    d = decide(observe(job(), js=jobset(), wl=wl, nodes=IDLE))
+    assert d.actions == ()
+    assert d.phase is Phase.QUEUED
+
+
+def test_a_jobset_without_the_finalizer_gets_it_back() -> None:
+    d = decide(observe(job(), js=jobset(), wl=workload(WorkloadState.PENDING), has_finalizer=False))
+    assert d.actions == (AddFinalizer(),)
+
+
+# --- row 3: admitted and all nodes registered idle -> pin and release in one call ----------------
+
+
+def test_admitted_with_all_nodes_idle_pins_and_releases() -> None:
+    d = decide(
+        observe(job(), js=jobset(state=JobSetState.ACTIVE), wl=workload(WorkloadState.ADMITTED), nodes=IDLE)
+    )
+    assert d.actions == (PinAndRelease(nodes=NAMES, constraints=FEATURE, begin_now=False),)
+    assert d.phase is Phase.RELEASING
+
+
+def test_the_release_keeps_the_jobs_own_features_in_the_constraint() -> None:
+    nodes = tuple(node(n, features=("k8sbridge", FEATURE, "ib")) for n in NAMES)
+    d = decide(observe(job(features="ib"), js=jobset(), wl=workload(WorkloadState.ADMITTED), nodes=nodes))
+    (pin,) = d.actions
+    assert isinstance(pin, PinAndRelease)
+    assert pin.constraints == f"{FEATURE}&ib"
+
+
+def test_a_requeued_job_is_released_with_begin_time_now() -> None:
+    d = decide(observe(job(restart_count=1), js=jobset(), wl=workload(WorkloadState.ADMITTED), nodes=IDLE))
+    (pin,) = d.actions
+    assert isinstance(pin, PinAndRelease)
+    assert pin.begin_now
+
+
+@pytest.mark.parametrize(
+    "nodes",
+    [
+        (),
+        (node("b42-0"),),
+        (node("b42-0"), node("b42-1", state=NodeState.ALLOCATED)),
+        (node("b42-0"), node("b42-1", flags=frozenset({"DYNAMIC_NORM", "DRAIN"}))),
+        (node("b42-0"), node("b42-1", flags=frozenset({"DYNAMIC_NORM", "NOT_RESPONDING"}))),
+        (node("b42-0"), node("b42-1", features=("k8sbridge",))),
+    ],
+    ids=["none", "one of two", "one busy", "one draining", "one not responding", "one without feature"],
+)
+def test_admitted_but_nodes_not_all_ready_waits_and_looks_again(nodes: tuple[SlurmNode, ...]) -> None:
+    d = decide(observe(job(), js=jobset(), wl=workload(WorkloadState.ADMITTED), nodes=nodes))
+    assert d.actions == ()
+    assert d.phase is Phase.ADMITTED
+    assert d.requeue_after is not None
+    assert 0 < d.requeue_after <= 2
+
+
+# --- row 4: running -> nothing -------------------------------------------------------------------
+
+
+def test_running_on_its_admitted_nodes_needs_nothing() -> None:
+    d = decide(observe(running(), js=jobset(state=JobSetState.ACTIVE), wl=workload(WorkloadState.ADMITTED)))
+    assert d.actions == ()
+    assert d.phase is Phase.RUNNING
+
+
+def test_running_while_the_workload_is_not_in_the_cache_yet_waits() -> None:
+    assert decide(observe(running(), js=jobset())).actions == ()
+
+
+# --- row 5: evicted / preempted -> back to held before Slurm requeues it onto dead nodes ---------
+
+
+@pytest.mark.parametrize(
+    "state", [WorkloadState.PREEMPTED, WorkloadState.EVICTED, WorkloadState.PENDING, WorkloadState.FINISHED]
+)
+def test_running_job_whose_workload_lost_admission_is_requeue_held(state: WorkloadState) -> None:
+    d = decide(observe(running(), js=jobset(state=JobSetState.ACTIVE), wl=workload(state, "Preempted")))
+    assert kinds(d) == ["requeue_hold"]
+    assert d.phase is Phase.EVICTED
+    assert d.requeue_after
+
+
+@pytest.mark.parametrize("state", [WorkloadState.PREEMPTED, WorkloadState.EVICTED])
+def test_released_but_not_started_job_is_held_again_on_eviction(state: WorkloadState) -> None:
+    d = decide(observe(released(), js=jobset(), wl=workload(state), nodes=IDLE))
+    assert kinds(d) == ["hold"]
+    assert d.phase is Phase.EVICTED
+
+
+def test_requeue_in_progress_is_waited_for() -> None:
+    d = decide(observe(job(hold=False, state_flags=frozenset({"COMPLETING"})), js=jobset(),
+                       wl=workload(WorkloadState.PREEMPTED)))  # fmt: skip
+    assert d.actions == ()
+    assert d.requeue_after
+
+
+def test_held_again_after_preemption_stale_nodes_go_once_the_pods_are_gone() -> None:
+    down = tuple(node(n, state=NodeState.DOWN) for n in NAMES)
+    d = decide(observe(job(restart_count=1), js=jobset(), wl=workload(WorkloadState.PREEMPTED), nodes=down))
+    assert d.actions == (DeleteNodes(names=NAMES),)
+    assert d.phase is Phase.EVICTED
+    with_pods = observe(
+        job(restart_count=1), js=jobset(), wl=workload(WorkloadState.PREEMPTED), nodes=down,
+        pods=PodsView(active=2, running=2),
+    )  # fmt: skip
+    assert decide(with_pods).actions == ()
+
+
+def test_readmitted_after_preemption_is_pinned_and_released_again_with_begin_time() -> None:
+    requeued = job(restart_count=1, required_nodes=NAMES, features=FEATURE)
+    d = decide(
+        observe(
+            requeued, js=jobset(state=JobSetState.ACTIVE), wl=workload(WorkloadState.ADMITTED), nodes=IDLE
+        )
+    )
+    assert d.actions == (PinAndRelease(nodes=NAMES, constraints=FEATURE, begin_now=True),)
+
+
+# --- row 6: finished / cancelled / vanished -> drain, delete JobSet, delete nodes, finalizer -----
+
+
+@pytest.mark.parametrize("state", [JobState.COMPLETED, JobState.CANCELLED, JobState.FAILED, JobState.TIMEOUT])
+def test_finished_job_is_cleaned_up_in_order(state: JobState) -> None:
+    d = decide(observe(running(state=state), js=jobset(state=JobSetState.ACTIVE),
+                       wl=workload(WorkloadState.ADMITTED), nodes=IDLE))  # fmt: skip
+    assert kinds(d) == ["drain_nodes", "delete_jobset", "delete_nodes", "remove_finalizer"]
+    assert d.actions[0] == DrainNodes(names=NAMES, reason=d.actions[0].reason)  # type: ignore[attr-defined]
+    assert d.actions[2] == DeleteNodes(names=NAMES)
+    assert d.phase is Phase.FINISHING
+
+
+def test_cancelled_while_queued_deletes_the_jobset_and_its_recorded_nodes() -> None:
+    d = decide(
+        observe(job(state=JobState.CANCELLED, hold=False), js=jobset(), wl=workload(WorkloadState.PENDING))
+    )
+    assert kinds(d) == ["delete_jobset", "delete_nodes", "remove_finalizer"]
+
+
+def test_vanished_job_with_jobset_present_is_treated_as_finished() -> None:
+    d = decide(
+        observe(None, js=jobset(state=JobSetState.ACTIVE), wl=workload(WorkloadState.ADMITTED), nodes=IDLE)
+    )
+    assert kinds(d) == ["drain_nodes", "delete_jobset", "delete_nodes", "remove_finalizer"]
+
+
+def test_crash_after_jobset_delete_resumes_with_nodes_and_finalizer() -> None:
+    drained = tuple(node(n, flags=frozenset({"DYNAMIC_NORM", "DRAIN"})) for n in NAMES)
+    d = decide(observe(None, js=jobset(deleting=True), nodes=drained))
+    assert kinds(d) == ["delete_nodes", "remove_finalizer"]
+
+
+def test_crash_after_node_delete_only_the_finalizer_is_left() -> None:
+    o = observe(None, js=jobset(deleting=True))
+    d = decide(o)
+    assert kinds(d) == ["delete_nodes", "remove_finalizer"]  # recorded names: deleting a gone node is a no-op
+    assert decide(observe(None, js=jobset(deleting=True), has_finalizer=False)).actions == (
+        DeleteNodes(names=NAMES),
+    )
+
+
+def test_leftover_nodes_of_a_finished_job_without_jobset_are_deleted() -> None:
+    d = decide(observe(running(state=JobState.COMPLETED), nodes=IDLE))
+    assert kinds(d) == ["drain_nodes", "delete_nodes"]
+
+
+def test_finished_and_clean_forgets_the_job() -> None:
+    d = decide(observe(running(state=JobState.COMPLETED)))
+    assert d.actions == ()
+    assert d.phase is None
+
+
+# --- row 7: JobSet gone (or going) under a still-held job -> clean, then create again ------------
+
+
+def test_jobset_deleted_by_someone_while_held_releases_its_nodes_and_finalizer() -> None:
+    d = decide(observe(job(), js=jobset(deleting=True), wl=workload(WorkloadState.ADMITTED), nodes=IDLE))
+    assert kinds(d) == ["drain_nodes", "delete_nodes", "remove_finalizer"]
+    assert "delete_jobset" not in kinds(d)
+    # ... and once it is gone, the held job gets a new one
+    assert kinds(decide(observe(job()))) == ["create_jobset"]
+
+
+def test_jobset_deleted_under_a_running_job_takes_the_job_back_first() -> None:
+    d = decide(observe(running(), js=jobset(deleting=True), wl=workload(WorkloadState.ADMITTED), nodes=IDLE))
+    assert kinds(d) == ["requeue_hold"]
+
+
+def test_jobset_deleted_under_a_released_job_holds_it_first() -> None:
+    d = decide(observe(released(), js=jobset(deleting=True), wl=workload(WorkloadState.ADMITTED), nodes=IDLE))
+    assert kinds(d) == ["hold"]
+
+
+def test_jobset_that_ended_before_the_job_ran_is_replaced() -> None:
+    d = decide(observe(job(), js=jobset(state=JobSetState.FAILED), wl=workload(WorkloadState.FINISHED)))
+    assert kinds(d) == ["delete_jobset", "delete_nodes", "remove_finalizer"]
+
+
+# --- crash recovery -----------------------------------------------------------------------------
+
+
+def test_jobset_exists_but_job_already_running() -> None:
+    d = decide(
+        observe(
+            running(), js=jobset(state=JobSetState.ACTIVE), wl=workload(WorkloadState.ADMITTED), nodes=IDLE
+        )
+    )
+    assert d.actions == ()
+
+
+def test_nodes_registered_but_job_already_released() -> None:
+    d = decide(
+        observe(
+            released(), js=jobset(state=JobSetState.ACTIVE), wl=workload(WorkloadState.ADMITTED), nodes=IDLE
+        )
+    )
+    assert d.actions == ()
+    assert d.phase is Phase.RELEASING
+
+
+def test_pin_is_never_repeated_on_an_unheld_job() -> None:
+    for state in WorkloadState:
+        d = decide(observe(released(), js=jobset(), wl=workload(state), nodes=IDLE))
+        assert "pin_and_release" not in kinds(d)
+
+
+# --- the guard (docs/adr/0003-slurm-node-guard.md) -----------------------------------------------
+
+
+def test_unheld_job_in_a_bridged_partition_is_held_within_one_poll() -> None:
+    d = decide(observe(job(job_id=7, hold=False, state_reason="Priority")))
+    assert kinds(d) == ["hold"]
+
+
+def test_user_released_job_with_jobset_not_admitted_is_held_again() -> None:
+    d = decide(
+        observe(job(hold=False, state_reason="Priority"), js=jobset(), wl=workload(WorkloadState.PENDING))
+    )
+    assert kinds(d) == ["hold"]
+
+
+def test_launch_failure_requeue_unheld_but_pinned_without_admission_is_held() -> None:
+    requeued = released(restart_count=1)
+    assert kinds(decide(observe(requeued, js=jobset(), wl=workload(WorkloadState.EVICTED)))) == ["hold"]
+
+
+def test_released_job_pinned_to_other_nodes_is_held() -> None:
+    foreign = job(hold=False, required_nodes=("b7-0", "b7-1"), features="bridge-job-7")
+    d = decide(observe(foreign, js=jobset(), wl=workload(WorkloadState.ADMITTED), nodes=IDLE))
+    assert "hold" in kinds(d)
+
+
+def test_foreign_job_running_in_a_bridged_partition_is_requeue_held() -> None:
+    thief = SlurmJob(job_id=7, partition="bridge", state=JobState.RUNNING, node_count=1, nodes=("b42-0",))
+    assert kinds(decide(observe(thief))) == ["requeue_hold"]
+
+
+def test_job_running_on_nodes_of_another_job_is_requeue_held() -> None:
+    d = decide(observe(running(nodes=("b42-0", "b9-0")), js=jobset(), wl=workload(WorkloadState.ADMITTED)))
+    assert kinds(d) == ["requeue_hold"]
+
+
+def test_unheld_job_outside_bridged_partitions_is_left_alone() -> None:
+    assert decide(observe(job(partition="debug", hold=False))).actions == ()
+    assert decide(observe(running(partition="debug"))).actions == ()
+
+
+# --- hostile input: a clear reason on the job, never a JobSet -------------------------------------
+
+HOSTILE = [
+    "a'b\"c",
+    "$(rm -rf /)",
+    "`id`",
+    "x\ny",
+    "ünï©ødé",
+    "a;b|c&&d",
+    "${HOME}",
+    "\x00\x1b[31m",
+]
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_hostile_features_are_refused_with_a_clean_reason(text: str) -> None:
+    d = decide(observe(job(features=text)))
+    assert kinds(d) == ["report_unservable"]
+    (report,) = d.actions
+    assert isinstance(report, ReportUnservable)
+    assert report.comment.isascii()
+    assert report.comment.isprintable()
+    assert "\n" not in report.comment
+    assert len(report.comment) <= 480  # the job's text is quoted (escaped, cut), never interpreted
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_hostile_names_and_comments_never_reach_an_argument(text: str) -> None:
+    d = decide(observe(job(name=text, comment=text, account="acct", user_name=text)))
+    assert kinds(d) == ["create_jobset"]
+    (create,) = d.actions
+    assert isinstance(create, CreateJobSet)
+    pod = create.manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    for container in pod["containers"]:
+        argv = [*container["command"], *container["args"]]
+        assert not any(text in arg for arg in argv)
+        assert [a for a in argv if "$(" in a] == ["$(K8S_BRIDGE_NODE_NAME)"]
+    for value in create.manifest["metadata"]["annotations"].values():
+        assert "$" not in value
+        assert value.isascii()
+
+
+@pytest.mark.parametrize(
+    ("fields", "code"),
+    [
+        ({"node_count": 0}, "NoNodes"),
+        ({"node_count": 100000}, "TooManyNodes"),
+        ({"memory_per_node_mb": 10 * 1024 * 1024}, "NodeTooLarge"),
+        ({"cpus": 200000, "node_count": 1}, "NodeTooLarge"),
+        ({"array_job_id": 41, "array_task_id": 1}, "JobArray"),
+        ({"het_job_id": 42, "het_job_offset": 0}, "HeterogeneousJob"),
+    ],
+)
+def test_absurd_requests_get_a_reason_and_no_jobset(fields: dict[str, Any], code: str) -> None:
+    d = decide(observe(job(**fields)))
+    assert kinds(d) == ["report_unservable"]
+    (report,) = d.actions
+    assert isinstance(report, ReportUnservable)
+    assert report.code == code
+    assert report.comment.startswith(COMMENT_PREFIX + "held: ")
+
+
+def test_unservable_comment_is_one_bounded_ascii_line() -> None:
+    comment = unservable_comment("x\n" * 1000 + "ü")
+    assert comment.isascii()
+    assert "\n" not in comment
+    assert len(comment) <= 480
+
+
+def test_node_job_id_reads_the_feature_then_the_dynamic_name() -> None:
+    assert node_job_id(node("b42-0")) == 42
+    assert node_job_id(node("b7-3", features=("k8sbridge",))) == 7
+    assert node_job_id(node("b7-3", features=(), flags=frozenset())) is None  # a static node named b7-3
+    assert node_job_id(node("c1", features=("gpu",))) is None
+
+
+# --- the whole state space: invariants ----------------------------------------------------------
+
+JOB_STATES = st.sampled_from(
+    [
+        None,
+        job(),
+        job(state_reason="JobHeldUser"),
+        job(node_count=100000),
+        released(),
+        released(restart_count=1),
+        job(hold=False, state_reason="Priority"),
+        job(hold=False, state_flags=frozenset({"COMPLETING"})),
+        running(),
+        running(nodes=("b9-0",)),
+        running(state=JobState.COMPLETED),
+        job(state=JobState.CANCELLED, hold=False),
+    ]
+)
+JOBSETS = st.sampled_from(
+    [
+        None,
+        jobset(),
+        jobset(state=JobSetState.ACTIVE),
+        jobset(deleting=True),
+        jobset(state=JobSetState.FAILED),
+    ]
+)
+WORKLOADS = st.sampled_from([None, *(workload(s) for s in WorkloadState)])
+NODES = st.sampled_from([(), IDLE, IDLE[:1], (node("b42-0"), node("b42-1", state=NodeState.ALLOCATED))])
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    the_job=JOB_STATES,
+    js=JOBSETS,
+    wl=WORKLOADS,
+    nodes=NODES,
+    finalizer=st.booleans(),
+    active_pods=st.integers(0, 2),
+)
+def test_invariants_over_the_state_space(
+    the_job: SlurmJob | None,
+    js: JobSetView | None,
+    wl: WorkloadView | None,
+    nodes: tuple[SlurmNode, ...],
+    finalizer: bool,
+    active_pods: int,
+) -> None:
+    o = observe(the_job, js=js, wl=wl if js is not None else None, nodes=nodes, has_finalizer=finalizer,
+                pods=PodsView(active=active_pods, running=active_pods))  # fmt: skip
+    d = decide(o)
+    assert d == decide(o), "decide is a pure function"
+    names = kinds(d)
+    if "pin_and_release" in names:
+        # Only a held, pending job, admitted, onto all of its own nodes registered idle with its feature.
+        assert the_job is not None
+        assert the_job.hold
+        assert the_job.is_pending
+        assert js is not None
+        assert not js.deleting
+        assert wl is not None
+        assert wl.state is WorkloadState.ADMITTED
+        assert {n.name for n in nodes if n.is_idle_and_usable and n.has_feature(FEATURE)} >= set(NAMES)
+    if "create_jobset" in names:
+        assert js is None
+        assert the_job is not None
+        assert the_job.hold
+        assert isinstance(o.translation, Translation)
+    if the_job is not None and not the_job.is_finished:
+        # A live job's JobSet is never deleted unless it ended before the job ran.
+        if "delete_jobset" in names:
+            assert (js is not None and js.state in (JobSetState.FAILED, JobSetState.COMPLETED)) or (
+                wl is not None and wl.state is WorkloadState.FINISHED
+            )
+        # The finalizer goes only once the job cannot be running on those nodes.
+        if "remove_finalizer" in names:
+            assert not the_job.is_running
+    if "remove_finalizer" in names:
+        assert names[-1] == "remove_finalizer"
+        assert not any(isinstance(a, (Hold, RequeueHold, PinAndRelease)) for a in d.actions)
+    if "clear_comment" in names:
+        assert the_job is not None
+        assert the_job.comment.startswith(COMMENT_PREFIX)
+    assert not ({"create_jobset", "delete_jobset"} <= set(names))
+    _ = (ClearComment, DeleteJobSet, RemoveFinalizer)

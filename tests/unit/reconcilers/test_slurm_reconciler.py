@@ -1,0 +1,370 @@
+"""reconcilers.slurm.SlurmReconciler: gathering the observation and executing the decision.
+
+Fakes stand in for the API server and slurmrestd (unit tier); the e2e tier runs the real ones.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any, cast
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from bridge.api.mixing import API_VERSION, KIND, WorkloadMixingSpec
+from bridge.api.slurm_job import JobState, SlurmJob
+from bridge.api.slurm_node import NodeState, SlurmNode
+from bridge.runtime.cache import Store
+from bridge.runtime.client import Client
+from bridge.runtime.controller import Request, Result
+from bridge.runtime.errors import NotFound
+from bridge.runtime.handlers import Object
+from bridge.slurm.errors import InvalidJobId, InvalidNodeName, SlurmAPIError, SlurmUnavailable
+from bridge.slurm.metrics import slurm_metrics
+from bridge.slurm.source import node_object
+from reconcilers.slurm import (
+    INDEX_JOB,
+    INDEX_JOB_UID,
+    SLURM_RETRY,
+    SlurmReconciler,
+    jobset_job_keys,
+    node_job_keys,
+    pod_job_keys,
+    workload_uid_keys,
+)
+from tests.fixtures.mixing import slurm_spec
+from translators.slurm import FINALIZER, Translation, translate
+
+SPEC = WorkloadMixingSpec.model_validate({"slurm": slurm_spec()})
+
+
+def held(**fields: Any) -> SlurmJob:
+    base: dict[str, Any] = {
+        "job_id": 42,
+        "partition": "bridge",
+        "state": JobState.PENDING,
+        "hold": True,
+        "state_reason": "JobHeldAdmin",
+        "node_count": 2,
+        "cpus": 2,
+        "memory_per_node_mb": 1000,
+    }
+    base.update(fields)
+    return SlurmJob(**base)
+
+
+class Config:
+    def __init__(self, spec: WorkloadMixingSpec | None = SPEC) -> None:
+        self.spec = spec
+        self.object: Object | None = {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {"name": "site", "uid": "u"},
+        }
+
+
+class Jobs:
+    def __init__(self, *jobs: SlurmJob) -> None:
+        self.jobs = {j.job_id: j for j in jobs}
+        self.triggers = 0
+
+    def job(self, job_id: int) -> SlurmJob | None:
+        return self.jobs.get(job_id)
+
+    def trigger(self) -> None:
+        self.triggers += 1
+
+
+class FakeSlurm:
+    def __init__(self, jobs: Jobs, *, down: bool = False) -> None:
+        self.jobs = jobs
+        self.calls: list[tuple[Any, ...]] = []
+        self.down = down
+        self.gone_nodes: set[str] = set()
+        self.refuse_hold = False
+
+    def _check(self) -> None:
+        if self.down:
+            raise SlurmUnavailable("connection refused")
+
+    async def get_job(self, job_id: int) -> SlurmJob:
+        self._check()
+        self.calls.append(("get_job", job_id))
+        job = self.jobs.job(job_id)
+        if job is None:
+            raise InvalidJobId("gone", error_number=2017)
+        return job
+
+    async def hold_job(self, job_id: int) -> None:
+        self.calls.append(("hold", job_id))
+        if self.refuse_hold:
+            raise SlurmAPIError("Job update requested failed", status=500, error_number=2015)
+
+    async def requeue_hold(self, job_id: int) -> None:
+        self.calls.append(("requeue_hold", job_id))
+
+    async def set_comment(self, job_id: int, comment: str) -> None:
+        self.calls.append(("comment", job_id, comment))
+
+    async def pin_and_release(
+        self, job_id: int, *, nodes: Sequence[str], constraints: str, begin_time: int | None = None
+    ) -> None:
+        self._check()
+        self.calls.append(("pin", job_id, tuple(nodes), constraints, begin_time))
+
+    async def drain_node(self, name: str, *, reason: str) -> None:
+        self.calls.append(("drain", name))
+
+    async def delete_node(self, name: str, *, down_if_busy: bool = True, reason: str = "") -> None:
+        if name in self.gone_nodes:
+            raise InvalidNodeName(f"{name} gone", error_number=2018)
+        self.calls.append(("delete_node", name))
+
+
+class FakeKube:
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str, str], Object] = {}
+        self.calls: list[tuple[Any, ...]] = []
+
+    async def create(self, obj: Object, **kwargs: Any) -> Object:
+        meta = obj["metadata"]
+        self.calls.append(("create", obj["kind"], meta["name"]))
+        stored = copy.deepcopy(obj)
+        stored["metadata"].update(uid="uid-1", resourceVersion="1")
+        self.objects[(obj["kind"], meta.get("namespace", ""), meta["name"])] = stored
+        return stored
+
+    async def get(self, api_version: str, kind: str, name: str, *, namespace: str | None = None) -> Object:
+        obj = self.objects.get((kind, namespace or "", name))
+        if obj is None:
+            raise NotFound(404, "NotFound", name)
+        return copy.deepcopy(obj)
+
+    async def patch(self, api_version: str, kind: str, name: str, patch: Any, **kwargs: Any) -> Object:
+        self.calls.append(("patch", kind, name, patch))
+        obj = self.objects[(kind, kwargs.get("namespace") or "", name)]
+        obj["metadata"]["finalizers"] = patch["metadata"]["finalizers"]
+        return obj
+
+    async def delete(self, api_version: str, kind: str, name: str, **kwargs: Any) -> Object | None:
+        self.calls.append(("delete", kind, name, kwargs.get("propagation_policy")))
+        return None
+
+
+def jobset_object(*, deleting: bool = False, finalizers: list[str] | None = None) -> Object:
+    translation = translate(held(), SPEC)
+    assert isinstance(translation, Translation)
+    obj = copy.deepcopy(dict(translation.manifest))
+    obj["metadata"].update(uid="js-uid", resourceVersion="7", finalizers=finalizers or [FINALIZER])
+    if deleting:
+        obj["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return obj
+
+
+def workload_object(admitted: bool) -> Object:
+    conditions = [{"type": "Admitted", "status": "True" if admitted else "False"}]
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": "jobset-slurm-hpc-42-abcde",
+            "namespace": "default",
+            "uid": "wl",
+            "labels": {"kueue.x-k8s.io/job-uid": "js-uid"},
+        },
+        "status": {"conditions": conditions},
+    }
+
+
+def idle(name: str) -> SlurmNode:
+    return SlurmNode(
+        name=name,
+        state=NodeState.IDLE,
+        features=("k8sbridge", "bridge-job-42"),
+        state_flags=frozenset({"DYNAMIC_NORM"}),
+    )
+
+
+class World:
+    def __init__(self, *jobs: SlurmJob, down: bool = False) -> None:
+        self.jobs = Jobs(*jobs)
+        self.slurm = FakeSlurm(self.jobs, down=down)
+        self.kube = FakeKube()
+        self.jobsets = Store(indexers={INDEX_JOB: jobset_job_keys})
+        self.workloads = Store(indexers={INDEX_JOB_UID: workload_uid_keys})
+        self.pods = Store(indexers={INDEX_JOB: pod_job_keys})
+        self.nodes = Store(indexers={INDEX_JOB: node_job_keys})
+        self.registry = CollectorRegistry()
+        self.phases: list[dict[str, int]] = []
+        self.reconciler = SlurmReconciler(
+            client=cast(Client, self.kube),
+            slurm=self.slurm,
+            config=Config(),
+            jobs=self.jobs,
+            jobsets=self.jobsets,
+            workloads=self.workloads,
+            pods=self.pods,
+            nodes=self.nodes,
+            metrics=slurm_metrics(self.registry),
+            on_phases=lambda p: self.phases.append(dict(p)),
+        )
+
+    def add_jobset(self, obj: Object) -> None:
+        self.jobsets.put(obj)
+        ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+        self.kube.objects[("JobSet", ns, name)] = copy.deepcopy(obj)
+
+    async def reconcile(self, key: str = "42") -> Result:
+        return await self.reconciler.reconcile(Request("hpc", key))
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = self.registry.get_sample_value(name, labels)
+        return 0.0 if value is None else value
+
+
+async def test_held_job_gets_its_jobset_created() -> None:
+    w = World(held())
+    result = await w.reconcile()
+    assert w.kube.calls == [("create", "JobSet", "slurm-hpc-42")]
+    assert result == Result()
+    assert w.reconciler.phases == {"hpc/42": "queued"}
+    assert w.phases[-1] == {"queued": 1}
+    assert w.metric("k8s_bridge_slurm_jobs", phase="queued") == 1
+
+
+async def test_requests_of_another_cluster_or_not_a_job_id_are_ignored() -> None:
+    w = World(held())
+    assert await w.reconciler.reconcile(Request("other", "42")) == Result()
+    assert await w.reconciler.reconcile(Request("hpc", "x")) == Result()
+    assert w.kube.calls == []
+
+
+async def test_admitted_with_nodes_pins_after_a_fresh_read_and_measures_latency() -> None:
+    w = World(held())
+    await w.reconcile()  # queued
+    w.add_jobset(jobset_object())
+    w.workloads.put(workload_object(admitted=True))
+    for name in ("b42-0", "b42-1"):
+        w.nodes.put(node_object(idle(name)))
+    await w.reconcile()
+    assert ("get_job", 42) in w.slurm.calls
+    assert w.slurm.calls[-1] == ("pin", 42, ("b42-0", "b42-1"), "bridge-job-42", None)
+    assert w.jobs.triggers == 1
+    assert w.metric("k8s_bridge_slurm_held_to_admitted_seconds_count") == 1
+    assert w.metric("k8s_bridge_slurm_actions_total", action="pin_and_release", result="ok") == 1
+
+
+async def test_pin_is_skipped_when_the_fresh_read_shows_the_job_already_released() -> None:
+    w = World(held())
+    w.add_jobset(jobset_object())
+    w.workloads.put(workload_object(admitted=True))
+    for name in ("b42-0", "b42-1"):
+        w.nodes.put(node_object(idle(name)))
+    # The source is a poll behind: Slurm already has the job released by our last reconcile.
+    w.slurm.jobs = Jobs(
+        held(hold=False, required_nodes=("b42-0", "b42-1"), features="bridge-job-42", state_reason="None")
+    )
+    await w.reconcile()
+    assert [c[0] for c in w.slurm.calls] == ["get_job"]
+
+
+async def test_waiting_for_nodes_requeues_soon() -> None:
+    w = World(held())
+    w.add_jobset(jobset_object())
+    w.workloads.put(workload_object(admitted=True))
+    w.nodes.put(node_object(idle("b42-0")))
+    result = await w.reconcile()
+    assert result.requeue_after is not None
+    assert result.requeue_after <= 2
+    assert w.slurm.calls == []
+
+
+async def test_vanished_job_is_cleaned_up_and_the_finalizer_removed_last() -> None:
+    w = World()
+    w.add_jobset(jobset_object())
+    for name in ("b42-0", "b42-1"):
+        w.nodes.put(node_object(idle(name)))
+    w.slurm.gone_nodes.add("b42-1")  # deleted already, before a crash: ignored
+    await w.reconcile()
+    assert w.slurm.calls == [("drain", "b42-0"), ("drain", "b42-1"), ("delete_node", "b42-0")]
+    assert w.kube.calls[0] == ("delete", "JobSet", "slurm-hpc-42", "Foreground")
+    kind, what, name, patch = w.kube.calls[1]
+    assert (kind, what, name) == ("patch", "JobSet", "slurm-hpc-42")
+    assert patch["metadata"]["finalizers"] == []
+    assert w.reconciler.phases == {"hpc/42": "finishing"}
+    # The JobSet's delete and the nodes' disappearance reconcile again: nothing is left to track.
+    for obj in w.jobsets:
+        w.jobsets.pop(w.jobsets.key_of(obj))
+    for name in ("b42-0", "b42-1"):
+        w.nodes.pop(name)
+    await w.reconcile()
+    assert w.reconciler.phases == {}
+
+
+async def test_finalizer_removal_tolerates_a_jobset_already_gone() -> None:
+    w = World()
+    obj = jobset_object(deleting=True)
+    w.jobsets.put(obj)  # in the cache, but gone from the server
+    await w.reconcile()
+    assert [c[0] for c in w.kube.calls] == []
+
+
+async def test_slurmrestd_down_requeues_calmly_instead_of_raising() -> None:
+    w = World(held(), down=True)
+    w.add_jobset(jobset_object())
+    w.workloads.put(workload_object(admitted=True))
+    for name in ("b42-0", "b42-1"):
+        w.nodes.put(node_object(idle(name)))
+    result = await w.reconcile()
+    assert result == Result(requeue_after=SLURM_RETRY)
+
+
+async def test_unservable_job_gets_comment_and_event_once() -> None:
+    events: list[tuple[str, str]] = []
+
+    class Recorder:
+        async def event(self, regarding: Object, **kw: Any) -> None:
+            events.append((regarding["kind"], kw["reason"]))
+
+    w = World(held(node_count=100000))
+    w.reconciler._recorder = cast(Any, Recorder())
+    await w.reconcile()
+    assert w.slurm.calls[0] == ("get_job", 42)
+    (_, _, comment) = w.slurm.calls[1]
+    assert comment.startswith("k8s-bridge: held: ")
+    assert events == [("WorkloadMixing", "TooManyNodes")]
+    assert w.kube.calls == []
+    # The comment is on the job now: nothing more is written.
+    w.jobs.jobs[42] = held(node_count=100000, comment=comment)
+    w.slurm.calls.clear()
+    await w.reconcile()
+    assert w.slurm.calls == []
+
+
+@pytest.mark.parametrize("admitted", [False, True])
+async def test_running_job_is_requeue_held_when_admission_is_lost(admitted: bool) -> None:
+    job = held(
+        state=JobState.RUNNING, hold=False, nodes=("b42-0", "b42-1"), required_nodes=("b42-0", "b42-1")
+    )
+    w = World(job)
+    w.add_jobset(jobset_object())
+    w.workloads.put(workload_object(admitted=admitted))
+    await w.reconcile()
+    assert ("requeue_hold", 42) in w.slurm.calls or admitted
+    assert (("requeue_hold", 42) in w.slurm.calls) is not admitted
+
+
+async def test_a_refused_admin_hold_of_a_user_held_job_is_not_an_error() -> None:
+    w = World(held(state_reason="JobHeldUser"))
+    w.slurm.refuse_hold = True  # what 24.11 answers (error 2015)
+    assert await w.reconcile() == Result()
+    assert w.kube.calls == [("create", "JobSet", "slurm-hpc-42")]
+    assert ("hold", 42) in w.slurm.calls
+
+
+async def test_a_refused_guard_hold_is_retried() -> None:
+    w = World(held(hold=False, state_reason="Priority"))
+    w.slurm.refuse_hold = True
+    with pytest.raises(SlurmAPIError):
+        await w.reconcile()

@@ -1,0 +1,212 @@
+"""bridge.slurm.program: flags and their environment variables, explain, the live-config adapters."""
+
+from __future__ import annotations
+
+import base64
+import io
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import yaml
+
+from bridge.api.mixing import WorkloadMixingSpec
+from bridge.api.slurm_job import JobState, SlurmJob
+from bridge.mixing_config import LiveConfig
+from bridge.runtime.client import Client
+from bridge.slurm.errors import SlurmAuthError
+from bridge.slurm.program import (
+    DirectPublisher,
+    LiveMixing,
+    LiveSlurm,
+    SecretToken,
+    Settings,
+    bind_address,
+    explain,
+    parse_args,
+)
+from tests.fixtures.mixing import resource, slurm_spec
+
+FLAGS = [
+    "--kubeconfig",
+    "--config",
+    "--leader-elect",
+    "--leader-election-namespace",
+    "--leader-election-id",
+    "--metrics-bind-address",
+    "--health-probe-bind-address",
+    "--log-level",
+    "--max-concurrent-reconciles",
+    "--slurm-token-file",
+    "--slurm-url",
+    "--scontrol",
+    "--scontrol-prefix",
+]
+
+
+def test_flags_parse_into_settings() -> None:
+    command, s, _ = parse_args(
+        [
+            "--config", "site", "--kubeconfig", "/k", "--leader-elect", "--leader-election-namespace", "ops",
+            "--metrics-bind-address", "127.0.0.1:9090", "--health-probe-bind-address", "0",
+            "--max-concurrent-reconciles", "8", "--scontrol-prefix", "chroot '/srv/slurm root'", "-v",
+        ]
+    )  # fmt: skip
+    assert command == "run"
+    assert s.config == "site"
+    assert s.kubeconfig == "/k"
+    assert s.leader_elect
+    assert s.leader_election_namespace == "ops"
+    assert s.lease_name == "k8s-bridge-slurm-site"
+    assert s.max_concurrent_reconciles == 8
+    assert s.scontrol_prefix == ("chroot", "/srv/slurm root")
+    assert s.log_level == "debug"
+
+
+def test_every_flag_has_an_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("K8S_BRIDGE_CONFIG", "from-env")
+    monkeypatch.setenv("K8S_BRIDGE_LEADER_ELECT", "true")
+    monkeypatch.setenv("K8S_BRIDGE_MAX_CONCURRENT_RECONCILES", "3")
+    monkeypatch.setenv("K8S_BRIDGE_METRICS_BIND_ADDRESS", ":9999")
+    monkeypatch.setenv("K8S_BRIDGE_SLURM_TOKEN_FILE", "/t")
+    monkeypatch.setenv("K8S_BRIDGE_LOG_LEVEL", "warning")
+    _, s, _ = parse_args([])
+    assert (s.config, s.leader_elect, s.max_concurrent_reconciles) == ("from-env", True, 3)
+    assert (s.metrics_bind_address, s.slurm_token_file, s.log_level) == (":9999", "/t", "warning")
+    _, s, _ = parse_args(["--config", "flag-wins", "--no-leader-elect"])
+    assert (s.config, s.leader_elect) == ("flag-wins", False)
+
+
+def test_help_documents_every_flag_and_its_variable(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    for flag in FLAGS:
+        assert flag in text
+        assert "K8S_BRIDGE_" + flag.lstrip("-").upper().replace("-", "_") in " ".join(text.split())
+    assert "explain" in text
+
+
+def test_config_is_required(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("K8S_BRIDGE_CONFIG", raising=False)
+    with pytest.raises(SystemExit):
+        parse_args([])
+    assert "--config" in capsys.readouterr().err
+
+
+def test_explain_parses_its_job_id() -> None:
+    command, s, ns = parse_args(["explain", "42", "--mixing-file", "m.yaml", "--slurm-token-file", "t"])
+    assert command == "explain"
+    assert ns.job_id == 42
+    assert s.slurm_token_file == "t"
+
+
+def test_bind_addresses() -> None:
+    assert bind_address(":8080") == ("0.0.0.0", 8080)
+    assert bind_address("127.0.0.1:0") == ("127.0.0.1", 0)
+    assert bind_address("0") is None
+    with pytest.raises(ValueError, match="host:port"):
+        bind_address("nonsense")
+
+
+def test_module_entry_point_prints_help() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bridge.slurm", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "--leader-elect" in done.stdout
+
+
+def spec() -> WorkloadMixingSpec:
+    return WorkloadMixingSpec.model_validate({"slurm": slurm_spec()})
+
+
+def test_direct_publisher_publishes_valid_specs_only() -> None:
+    live = LiveConfig("site")
+    publisher = DirectPublisher(live)
+    good = resource({"slurm": slurm_spec()}) | {"metadata": {"name": "site", "uid": "u", "generation": 2}}
+    publisher.on_add(good, is_initial_list=True)
+    current = live.current
+    assert current is not None
+    assert current.generation == 2
+    bad = good | {"spec": {"slurm": {"url": 3}}, "metadata": {"name": "site", "uid": "u", "generation": 3}}
+    publisher.on_update(good, bad)
+    assert live.current is not None
+    assert live.current.generation == 2
+    publisher.on_delete(good)
+    assert live.current is None
+
+
+class SecretClient:
+    def __init__(self, token: str) -> None:
+        self.token = token
+        self.gets = 0
+
+    async def get(
+        self, api_version: str, kind: str, name: str, *, namespace: str | None = None
+    ) -> dict[str, Any]:
+        self.gets += 1
+        return {"data": {"token": base64.b64encode(self.token.encode()).decode()}}
+
+
+async def test_secret_token_is_cached_and_reread_after_invalidate() -> None:
+    live = LiveConfig("site")
+    mixing = LiveMixing(live)
+    client = SecretClient("jwt-1")
+    token = SecretToken(cast(Client, client), mixing)
+    with pytest.raises(SlurmAuthError):
+        await token.get()  # no configuration yet
+    live.publish(uid="u", generation=1, spec=spec())
+    assert await token.get() == "jwt-1"
+    client.token = "jwt-2"
+    assert await token.get() == "jwt-1"
+    assert client.gets == 1
+    token.invalidate()
+    assert await token.get() == "jwt-2"
+
+
+async def test_explain_prints_the_jobset_and_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mixing = tmp_path / "mixing.yaml"
+    mixing.write_text(yaml.safe_dump(resource({"slurm": slurm_spec()})))
+
+    async def get_job(self: LiveSlurm, job_id: int) -> SlurmJob:
+        return SlurmJob(
+            job_id=job_id, name="x\n$(id)", partition="bridge", state=JobState.PENDING, hold=True,
+            node_count=2, cpus=2, memory_per_node_mb=500,
+        )  # fmt: skip
+
+    monkeypatch.setattr(LiveSlurm, "get_job", get_job)
+    out = io.StringIO()
+    code = await explain(Settings(config="site"), job_id=42, mixing_file=str(mixing), out=out)
+    text = out.getvalue()
+    assert code == 0, text
+    assert "servable: JobSet" in text
+    assert "why: queue" in text
+    assert "the bridge now: creating JobSet slurm-hpc-42" in text
+    manifest = yaml.safe_load(text.split("---\n", 1)[1])
+    assert manifest["metadata"]["name"] == "slurm-hpc-42"
+
+
+async def test_explain_says_why_a_job_cannot_be_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mixing = tmp_path / "mixing.yaml"
+    mixing.write_text(yaml.safe_dump(resource({"slurm": slurm_spec()})))
+
+    async def get_job(self: LiveSlurm, job_id: int) -> SlurmJob:
+        return SlurmJob(
+            job_id=job_id, partition="bridge", state=JobState.PENDING, hold=True, node_count=100000
+        )
+
+    monkeypatch.setattr(LiveSlurm, "get_job", get_job)
+    out = io.StringIO()
+    code = await explain(Settings(config="site"), job_id=7, mixing_file=str(mixing), out=out)
+    assert code == 2
+    assert "cannot be served (TooManyNodes)" in out.getvalue()

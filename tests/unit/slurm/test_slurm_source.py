@@ -1,0 +1,234 @@
+"""bridge.slurm.source: which jobs and nodes reach the store, the cheap path, backoff and recovery."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from bridge.api.slurm_job import JobState, SlurmJob
+from bridge.api.slurm_node import NodeState, SlurmNode
+from bridge.runtime.controller import Request
+from bridge.runtime.handlers import Object
+from bridge.runtime.sources import NotModified
+from bridge.slurm.errors import NotModified as SlurmNotModified
+from bridge.slurm.errors import SlurmAPIError, SlurmUnavailable
+from bridge.slurm.source import SlurmJobSource, SlurmNodeSource, job_of, node_of, source_backoff
+from bridge.slurm.versions import JobsPage, NodesPage
+from reconcilers.slurm import INDEX_JOB, node_job_id, node_job_keys
+
+
+def sjob(job_id: int, partition: str = "bridge", **fields: Any) -> SlurmJob:
+    return SlurmJob(job_id=job_id, partition=partition, state=fields.pop("state", JobState.PENDING), **fields)
+
+
+class FakeSlurm:
+    """Scripted answers: a JobsPage/NodesPage, None (not modified) or an exception, in order."""
+
+    def __init__(self, jobs: list[Any] | None = None, nodes: list[Any] | None = None) -> None:
+        self.jobs = list(jobs or [])
+        self.nodes = list(nodes or [])
+        self.calls: list[str] = []
+
+    async def poll_jobs(self) -> JobsPage | None:
+        self.calls.append("poll_jobs")
+        item = self.jobs.pop(0) if self.jobs else None
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    async def list_jobs(self, *, update_time: int | None = None) -> JobsPage:
+        self.calls.append("list_jobs")
+        return JobsPage(jobs=(), update_time=1)
+
+    async def list_nodes(self, *, update_time: int | None = None) -> NodesPage:
+        self.calls.append(f"list_nodes({update_time})")
+        item = self.nodes.pop(0) if self.nodes else SlurmNotModified(update_time or 0)
+        if isinstance(item, Exception):
+            raise item
+        return item  # type: ignore[no-any-return]
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+
+    def on_add(self, obj: Object, *, is_initial_list: bool) -> None:
+        self.events.append(("add", str(Request.of(obj))))
+
+    def on_update(self, old: Object, new: Object) -> None:
+        self.events.append(("update", str(Request.of(new))))
+
+    def on_delete(self, obj: Object) -> None:
+        self.events.append(("delete", str(Request.of(obj))))
+
+
+def page(*jobs: SlurmJob) -> JobsPage:
+    return JobsPage(jobs=jobs, update_time=100)
+
+
+def job_source(
+    slurm: FakeSlurm, *, bridged: Callable[[], list[int]] = list, cluster: str = "hpc", **kw: Any
+) -> SlurmJobSource:
+    return SlurmJobSource(
+        slurm=slurm,
+        cluster=lambda: cluster,
+        partitions=lambda: ["bridge"],
+        bridged=bridged,
+        interval=kw.pop("interval", 3600.0),
+        **kw,
+    )
+
+
+async def test_only_bridged_partitions_and_jobs_with_a_jobset_are_kept() -> None:
+    slurm = FakeSlurm(
+        [page(sjob(1), sjob(2, "debug"), sjob(3, "debug,bridge"), sjob(4, "debug"), sjob(5, "gpu"))]
+    )
+    src = job_source(slurm, bridged=lambda: [4])
+    await src.poll_once()
+    assert sorted(src.store.keys()) == ["hpc/1", "hpc/3", "hpc/4"]
+    assert src.job(1) == sjob(1)
+    assert src.job(2) is None
+    obj = src.store.get("hpc/3")
+    assert obj is not None
+    assert Request.of(obj) == Request("hpc", "3")
+    assert job_of(obj).job_id == 3
+
+
+async def test_not_modified_is_cheap_unless_the_filter_changed() -> None:
+    bridged: list[int] = []
+    slurm = FakeSlurm([page(sjob(1), sjob(2, "debug")), None, None])
+    src = job_source(slurm, bridged=lambda: list(bridged))
+    rec = Recorder()
+    src.add_handler(rec)
+    await src.poll_once()
+    assert rec.events == [("add", "hpc/1")]
+    result = await src._list()  # nothing changed in Slurm nor in the filter: no diff at all
+    assert isinstance(result, NotModified)
+    bridged.append(2)  # job 2 got a JobSet: the last list is filtered again
+    await src.poll_once()
+    assert rec.events == [("add", "hpc/1"), ("add", "hpc/2")]
+    assert slurm.calls == ["poll_jobs", "poll_jobs", "poll_jobs"]
+
+
+async def test_a_job_gone_from_slurmctld_is_delivered_as_a_delete() -> None:
+    slurm = FakeSlurm([page(sjob(1), sjob(2)), page(sjob(2, state=JobState.RUNNING))])
+    src = job_source(slurm)
+    rec = Recorder()
+    src.add_handler(rec)
+    await src.poll_once()
+    await src.poll_once()
+    assert rec.events[2:] == [("delete", "hpc/1"), ("update", "hpc/2")]
+
+
+async def test_without_a_configuration_there_is_no_request() -> None:
+    slurm = FakeSlurm([page(sjob(1))])
+    src = job_source(slurm, cluster="")
+    await src.poll_once()
+    assert src.has_synced()
+    assert len(src.store) == 0
+    assert slurm.calls == []
+
+
+async def test_errors_back_off_without_a_storm_and_recovery_replays_every_job() -> None:
+    delays: list[float] = []
+
+    async def fake_sleep(delay: float) -> None:
+        delays.append(delay)
+        if delay < 100:
+            return
+        await asyncio.Event().wait()  # the long interval: only trigger() ends it
+
+    down = SlurmUnavailable("connection refused")
+    slurm = FakeSlurm([page(sjob(1), sjob(2)), *([down] * 8), None])
+    src = job_source(slurm, sleep=fake_sleep, backoff=source_backoff(2.0))  # as at a 2 s poll interval
+    rec = Recorder()
+    src.add_handler(rec)
+    async with asyncio.TaskGroup() as tg:
+        task = tg.create_task(src.run())
+        async with asyncio.timeout(5):
+            while not src.has_synced():
+                await asyncio.sleep(0.001)
+            src.trigger()  # end the long interval: the failures follow, each after its backoff
+            while src.polls < 10:
+                await asyncio.sleep(0.001)
+        task.cancel()
+    backoffs = [d for d in delays if d < 100]
+    assert len(backoffs) == 8
+    assert backoffs[0] <= 1.6
+    assert max(backoffs) <= source_backoff(2.0).maximum == 8.0
+    assert src.failures == 8
+    assert src.healthy
+    # The successful poll after the failures replayed both jobs, though Slurm said "not modified".
+    assert rec.events[-2:] == [("update", "hpc/1"), ("update", "hpc/2")]
+
+
+async def test_recovery_is_tracked() -> None:
+    slurm = FakeSlurm([page(sjob(1)), SlurmUnavailable("down"), None])
+    src = job_source(slurm)
+    await src.poll_once()
+    with contextlib.suppress(SlurmUnavailable):
+        await src.poll_once()
+    assert not src.healthy
+    assert src.last_error is not None
+    assert "down" in src.last_error
+    await src.poll_once()
+    assert src.healthy
+
+
+def snode(name: str, *features: str, dynamic: bool = True) -> SlurmNode:
+    flags = frozenset({"DYNAMIC_NORM"}) if dynamic else frozenset()
+    return SlurmNode(name=name, state=NodeState.IDLE, features=features, state_flags=flags)
+
+
+async def test_node_source_keeps_bridge_nodes_indexed_by_job() -> None:
+    slurm = FakeSlurm(
+        nodes=[
+            NodesPage(
+                nodes=(
+                    snode("b42-0", "k8sbridge", "bridge-job-42"),
+                    snode("b42-1", "k8sbridge"),
+                    snode("b7-0", "k8sbridge", "bridge-job-7"),
+                    snode("c1", "gpu", dynamic=False),
+                    snode("b3-0", dynamic=False),
+                ),
+                update_time=555,
+            )
+        ]
+    )
+    src = SlurmNodeSource(
+        slurm=slurm,
+        keep=lambda n: node_job_id(n) is not None,
+        interval=3600.0,
+        indexers={INDEX_JOB: node_job_keys},
+    )
+    await src.poll_once()
+    assert sorted(src.store.keys()) == ["b42-0", "b42-1", "b7-0"]
+    assert sorted(node_of(o).name for o in src.store.by_index(INDEX_JOB, "42")) == ["b42-0", "b42-1"]
+    await src.poll_once()  # not modified since 555: the store stays
+    assert slurm.calls == ["list_nodes(None)", "list_nodes(555)"]
+    assert len(src.store) == 3
+
+
+async def test_node_source_disabled_makes_no_request() -> None:
+    slurm = FakeSlurm()
+    src = SlurmNodeSource(slurm=slurm, keep=lambda n: True, interval=1.0, enabled=lambda: False)
+    await src.poll_once()
+    assert src.has_synced()
+    assert slurm.calls == []
+
+
+async def test_node_source_falls_back_to_whole_lists_when_the_conditional_one_is_refused() -> None:
+    refused = SlurmAPIError("Unspecified error", status=500, error_number=0)
+    first = NodesPage(nodes=(snode("b42-0", "bridge-job-42"),), update_time=555)
+    second = NodesPage(
+        nodes=(snode("b42-0", "bridge-job-42"), snode("b42-1", "bridge-job-42")), update_time=560
+    )
+    slurm = FakeSlurm(nodes=[first, refused, second])
+    src = SlurmNodeSource(slurm=slurm, keep=lambda n: True, interval=1.0)
+    await src.poll_once()
+    await src.poll_once()  # 22.05: the conditional list answers 500; the whole list is fetched at once
+    assert slurm.calls == ["list_nodes(None)", "list_nodes(555)", "list_nodes(None)"]
+    assert sorted(src.store.keys()) == ["b42-0", "b42-1"]
+    assert not src.conditional
