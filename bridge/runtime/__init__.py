@@ -8,6 +8,7 @@ from bridge.runtime.cache import (
     Store,
     Transform,
     compact,
+    default_transform,
     meta_namespace_key,
     strip_managed_fields,
 )
@@ -127,6 +128,7 @@ __all__ = [
     "compact",
     "configure_logging",
     "default_controller_rate_limiter",
+    "default_transform",
     "has_finalizer",
     "label_mapper",
     "meta_namespace_key",

@@ -2,9 +2,13 @@
 
 In Python the cost of an operator is its cache: every watched object lives here as a decoded dict,
 so the store keeps objects as the JSON decoder made them (no models), drops what nobody reads
-(``metadata.managedFields`` by default, through a transform hook applied before storing), and can
-intern repeated strings (:func:`compact`) where memory matters more than decode speed. Typed views
-are built on request, one object at a time (:meth:`Store.get_as`).
+(``metadata.managedFields``, through a transform hook applied before storing), shares the keys
+every object repeats in its envelope (:func:`default_transform`), and can intern every key and short
+string (:func:`compact`) where memory matters more than decode speed. Typed views are built on
+request, one object at a time (:meth:`Store.get_as`).
+
+Why interning pays: ``json.loads`` shares a key string only within one document, so ten thousand
+cached objects hold ten thousand copies of ``"resourceVersion"`` (about 60 bytes each).
 
 Objects in the store are shared with every handler and reader: treat them as read-only, as with
 client-go's cache.
@@ -26,6 +30,7 @@ __all__ = [
     "Store",
     "Transform",
     "compact",
+    "default_transform",
     "meta_namespace_key",
     "strip_managed_fields",
 ]
@@ -47,7 +52,7 @@ def meta_namespace_key(obj: Object) -> str:
 
 
 def strip_managed_fields(obj: Object) -> Object:
-    """The default transform: ``managedFields`` is a third of a typical object and nobody reads it."""
+    """Drop ``managedFields``: a third of a typical object, and nobody reads it (no interning)."""
     metadata = obj.get("metadata")
     if metadata is not None:
         metadata.pop("managedFields", None)
@@ -56,6 +61,28 @@ def strip_managed_fields(obj: Object) -> Object:
 
 _interned: dict[str, str] = {}
 _INTERN_MAX_LEN = 64
+_INTERN_TABLE_MAX = 1_000_000
+"""A pathological vocabulary (random keys or values) clears the table instead of growing it forever."""
+
+
+def default_transform(obj: Object) -> Object:
+    """The informers' default: strip ``managedFields`` and share the top-level and ``metadata`` keys.
+
+    Two dictionary comprehensions per object (about 5% of the cost of decoding and storing it) that
+    save 0.5-0.8 KiB per object (docs/runtime-benchmarks.md). Sharing more (label keys, the
+    ``apiVersion`` and ``kind`` values) saved little more and cost three to four times as much;
+    :func:`compact` shares every key and short string but walks every value and halves the decode
+    rate.
+    """
+    if len(_interned) > _INTERN_TABLE_MAX:
+        _interned.clear()
+    share = _interned.setdefault
+    metadata = obj.get("metadata")
+    if type(metadata) is dict:
+        metadata.pop("managedFields", None)
+        obj["metadata"] = {share(k, k): v for k, v in metadata.items()}
+    out: Object = {share(k, k): v for k, v in obj.items()}
+    return out
 
 
 def _compact_value(value: Any) -> Any:
@@ -78,7 +105,7 @@ def compact(obj: Object) -> Object:
     of slowly changing objects. The intern table only grows; its strings are the vocabulary of the
     watched objects, bounded in practice.
     """
-    if len(_interned) > 1_000_000:  # a pathological vocabulary (random values): stop growing
+    if len(_interned) > _INTERN_TABLE_MAX:
         _interned.clear()
     result: Object = _compact_value(strip_managed_fields(obj))
     return result
@@ -93,7 +120,7 @@ class Store:
         self,
         *,
         key_func: KeyFunc = meta_namespace_key,
-        transform: Transform | None = strip_managed_fields,
+        transform: Transform | None = default_transform,
         indexers: dict[str, IndexFunc] | None = None,
     ) -> None:
         self.key_func = key_func

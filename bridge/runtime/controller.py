@@ -213,6 +213,8 @@ class Controller:
         self._ids = itertools.count(1)
         metrics = runtime_metrics(registry)
         # Every result label exists from the start (at 0), as controller-runtime initialises them.
+        # "requeue" stays 0: controller-runtime counts there only its deprecated Result.Requeue
+        # (an immediate rate-limited requeue), which has no equivalent here; requeue_after is its own.
         self._m_success, self._m_error, _, self._m_requeue_after = (
             metrics.reconcile_total.labels(name, result)
             for result in ("success", "error", "requeue", "requeue_after")

@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from bridge.runtime.cache import IndexFunc, Store, Transform, strip_managed_fields
+from bridge.runtime.cache import IndexFunc, Store, Transform, default_transform
 from bridge.runtime.client import Client
 from bridge.runtime.discovery import Resource
 from bridge.runtime.handlers import EventHandler, Object
@@ -180,7 +180,7 @@ class Informer(Dispatcher):
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
-        transform: Transform | None = strip_managed_fields,
+        transform: Transform | None = default_transform,
         indexers: dict[str, IndexFunc] | None = None,
         resync_period: float | None = DEFAULT_RESYNC_PERIOD,
         settings: ReflectorSettings | None = None,
@@ -252,7 +252,7 @@ class SharedInformerFactory:
         self,
         client: Client,
         *,
-        transform: Transform | None = strip_managed_fields,
+        transform: Transform | None = default_transform,
         resync_period: float | None = DEFAULT_RESYNC_PERIOD,
         settings: ReflectorSettings | None = None,
     ) -> None:

@@ -5,16 +5,31 @@ a whole ``Controller`` with a reconciler that does nothing), for ``asyncio.Queue
 dedup queue (a set and a deque) doing the same work, and the ratios. No timed assertions: figures on
 a shared machine vary; the ratios are what to compare. Run: ``tox -e bench -- -k queue`` or
 ``pytest tests/bench/test_queue_bench.py -s``.
+
+``test_queue_beside_client_go`` builds ``tests/bench/go/workqueue`` (client-go's work queue at the
+version of ``versions.toml``'s Kubernetes, from the Go module cache or proxy; the binary is cached
+under ``~/.cache/k8s-bridge/bench/`` by a hash of its sources and the Go version), runs it, then the
+same shapes of work on our ``WorkQueue``, and prints both with the ratio. Go runs with GOMAXPROCS=1
+(one core, like the event loop) and with the default (every core).
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import hashlib
+import json
+import os
+import shutil
+import subprocess
 import time
+import tomllib
 from collections import deque
 from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
 
+import pytest
 import structlog
 from prometheus_client import CollectorRegistry
 
@@ -179,3 +194,118 @@ async def test_queue_throughput() -> None:
     for name, rate, base_name, base in rows:
         print(f"  {name:58s} {rate:>12,.0f}   vs {base_name:28s} {base:>12,.0f}   ratio {rate / base:.2f}")
     assert all(rate > 0 for _, rate, _, _ in rows)
+
+
+# -- beside client-go ----------------------------------------------------------------------------
+
+GO_SOURCE = Path(__file__).parent / "go" / "workqueue"
+VERSIONS = Path(__file__).parents[2] / "bridge" / "sandbox" / "versions.toml"
+BENCH_CACHE = Path.home() / ".cache" / "k8s-bridge" / "bench"
+
+
+def go_binary() -> str:
+    found = shutil.which("go") or "/usr/local/go/bin/go"
+    if not Path(found).is_file():
+        pytest.fail("the Go toolchain is needed to build client-go's work queue benchmark", pytrace=False)
+    return found
+
+
+def client_go_version() -> str:
+    """``v0.<minor>.<patch>``: the client-go release of the Kubernetes version the stack runs."""
+    kubernetes = str(tomllib.loads(VERSIONS.read_text())["kubernetes"]["version"])  # v1.36.3
+    return "v0." + kubernetes.split(".", 1)[1]
+
+
+def build_go_workqueue() -> Path:
+    """Build (once per source and toolchain: cached by hash) and return the benchmark binary."""
+    go = go_binary()
+    required = f"k8s.io/client-go {client_go_version()}"
+    if required not in (GO_SOURCE / "go.mod").read_text():
+        pytest.fail(f"{GO_SOURCE / 'go.mod'} must require {required} (versions.toml)", pytrace=False)
+    toolchain = subprocess.run([go, "version"], check=True, capture_output=True, text=True).stdout
+    digest = hashlib.sha256(toolchain.encode())
+    for name in ("go.mod", "go.sum", "main.go"):
+        digest.update((GO_SOURCE / name).read_bytes())
+    binary = BENCH_CACHE / f"workqueue-{digest.hexdigest()[:16]}"
+    if not binary.exists():
+        BENCH_CACHE.mkdir(parents=True, exist_ok=True)
+        partial = binary.with_suffix(".partial")
+        env = {**os.environ, "GOFLAGS": "-buildvcs=false"}
+        built = subprocess.run(
+            [go, "build", "-o", str(partial), "."],
+            cwd=GO_SOURCE,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if built.returncode != 0:
+            pytest.fail(f"building {GO_SOURCE} failed:\n{built.stderr[-3000:]}", pytrace=False)
+        partial.replace(binary)
+    return binary
+
+
+def run_go_workqueue(binary: Path, *, gomaxprocs: int | None) -> dict[str, dict[str, Any]]:
+    env = dict(os.environ)
+    if gomaxprocs is not None:
+        env["GOMAXPROCS"] = str(gomaxprocs)
+    else:
+        env.pop("GOMAXPROCS", None)
+    done = subprocess.run(
+        [str(binary), "-n", str(N), "-repeats", str(REPEATS)],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    return {row["mode"]: row for row in rows}
+
+
+def sync_workqueue_one_at_a_time() -> float:
+    """client-go's BenchmarkQueue shape: a fresh queue, then 100 x (add, get, done) of one key each."""
+    ks = [f"key-{i}" for i in range(100)]
+    rounds = N // 100
+
+    def run() -> None:
+        registry = CollectorRegistry()
+        for _ in range(rounds):
+            q: WorkQueue[str] = WorkQueue(registry=registry)
+            add, get, done = q.add, q.get_nowait, q.done
+            for k in ks:
+                add(k)
+                done(get())
+
+    return timed(run)
+
+
+async def test_queue_beside_client_go() -> None:
+    binary = await asyncio.to_thread(build_go_workqueue)
+    go_one = await asyncio.to_thread(run_go_workqueue, binary, gomaxprocs=1)
+    go_all = await asyncio.to_thread(run_go_workqueue, binary, gomaxprocs=None)
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
+    try:
+        ours = {
+            "clientgo-benchmarkqueue": best_rate(sync_workqueue_one_at_a_time),
+            "add-all-then-get-done": best_rate(sync_workqueue),
+            "worker": max([await async_workqueue(one_await=False) for _ in range(REPEATS)]),
+            "worker-ratelimited": max([await controller_trivial_reconcile() for _ in range(REPEATS)]),
+        }
+    finally:
+        structlog.reset_defaults()
+    ours_label = {
+        "clientgo-benchmarkqueue": "WorkQueue: fresh queue, 100 x add/get/done",
+        "add-all-then-get-done": "WorkQueue: add N, then get_nowait/done N",
+        "worker": "WorkQueue: async worker (no await)",
+        "worker-ratelimited": "Controller: trivial reconcile",
+    }
+    cores = go_all["worker"]["gomaxprocs"]
+    print(f"\nwork queue beside client-go {client_go_version()} ({binary.name}), keys/s, best of {REPEATS}")
+    go_cores = f"Go, {cores} cores"
+    print(f"  {'mode':26s} {'ours (Python)':>14s} {'Go, 1 core':>14s} {go_cores:>14s}  ours/Go(1)")
+    for mode, rate in ours.items():
+        one, every = go_one[mode]["keys_per_s"], go_all[mode]["keys_per_s"]
+        row = f"{rate:>14,.0f} {one:>14,.0f} {every:>14,.0f}  {rate / one:9.2f}"
+        print(f"  {mode:26s} {row}   {ours_label[mode]}")
+    assert all(rate > 0 for rate in ours.values())

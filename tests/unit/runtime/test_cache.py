@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import copy
+import json
 import sys
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
 
-from bridge.runtime.cache import Store, compact, meta_namespace_key, strip_managed_fields
+from bridge.runtime.cache import Store, compact, default_transform, meta_namespace_key, strip_managed_fields
 from bridge.runtime.handlers import Object
 
 
@@ -116,3 +117,21 @@ def test_compact_shares_strings_and_keeps_content() -> None:
     assert key_a is key_b
     assert ca["spec"]["nodeName"] is cb["spec"]["nodeName"]
     assert sys.getrefcount(key_a) > 2
+
+
+def test_default_transform_strips_and_shares_the_envelope_keys() -> None:
+    def decoded(name: str) -> Object:
+        # Decoded from JSON, as the reflector does: no string is shared between two documents yet.
+        result: Object = json.loads(json.dumps(pod(name, "node-1")))
+        return result
+
+    a, b = decoded("a"), decoded("b")
+    assert next(iter(a)) is not next(iter(b))
+    expected = strip_managed_fields(copy.deepcopy(a))
+    da, db = default_transform(copy.deepcopy(a)), default_transform(b)
+    assert da == expected
+    assert list(da) == list(expected), "key order is kept"
+    assert "managedFields" not in db["metadata"]
+    for key_a, key_b in [*zip(da, db, strict=True), *zip(da["metadata"], db["metadata"], strict=True)]:
+        assert key_a is key_b
+    assert Store().transform is default_transform

@@ -196,6 +196,9 @@ async def test_requeue_after_forgets_then_waits(registry: CollectorRegistry) -> 
     assert (
         sample(registry, "controller_runtime_reconcile_total", controller="test", result="requeue_after") == 1
     )
+    # As controller-runtime: "requeue" counts only its deprecated Result.Requeue (no delay), which has
+    # no equivalent here; a requeue_after is not also counted as a "requeue".
+    assert sample(registry, "controller_runtime_reconcile_total", controller="test", result="requeue") == 0
 
 
 async def test_non_result_return_is_an_error(registry: CollectorRegistry) -> None:
