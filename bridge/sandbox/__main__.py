@@ -1,10 +1,169 @@
-"""``python -m bridge.sandbox``: start the local stack and keep it running until interrupted."""
+"""``python -m bridge.sandbox``: the whole local stack with k8s-bridge running on it.
+
+What a newcomer wants from one command: a Kubernetes control plane with the real Kueue and JobSet
+controllers, nodes that really run pods (process-runner nodes) beside simulated ones (kwok), a real
+Slurm cluster whose bridge partition is fed by the bridge, and ``python -m bridge.slurm`` itself,
+all wired the way a site would wire them (:class:`bridge.sandbox.e2e.E2EStack`). It prints how to
+talk to each part and keeps running until Ctrl-C, then stops everything it started.
+
+``--demo`` submits a held two-node job and prints its way through the bridge (JobSet created, Kueue
+admission, slurmd pods joining, release, completion, clean-up); ``--exit-after-demo`` then stops
+the stack, which makes the command a smoke test of the whole project.
+"""
 
 from __future__ import annotations
 
+import argparse
+import shlex
+import shutil
+import signal
 import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
 
-from bridge.sandbox.stack import main
+from bridge.sandbox.build import MissingPrerequisiteError
+from bridge.sandbox.e2e import JOBSETS, E2ESettings, E2EStack
+from bridge.sandbox.processes import StackError
+from bridge.sandbox.slurm import SlurmCluster
+from bridge.sandbox.slurm_root import RootBuildError
+from bridge.sandbox.stack import KubeStack
+from translators.slurm import jobset_name
+
+DEMO_SCRIPT = "#!/bin/sh\nsrun sh -c 'echo \"task $SLURM_PROCID ran on node $SLURMD_NODENAME\"'\n"
+
+
+def _say(message: str) -> None:
+    print(f"[sandbox] {message}", flush=True)
+
+
+def _wait(probe: Callable[[], Any], *, what: str, timeout: float, stopping: threading.Event) -> Any:
+    deadline = time.monotonic() + timeout
+    while not stopping.is_set():
+        found = probe()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise StackError(f"demo: timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.5)
+    raise StackError("demo: interrupted")
+
+
+def _slurm_state(stack: E2EStack, job_id: int) -> str:
+    out = stack.slurm.scontrol("show", "job", str(job_id), "--oneliner")
+    fields = dict(word.split("=", 1) for word in out.split() if "=" in word)
+    return fields.get("JobState", "?")
+
+
+def run_demo(stack: E2EStack, *, stopping: threading.Event) -> None:
+    """Submit a held two-node job and follow it through the bridge to completion and clean-up."""
+    job_id = stack.slurm.sbatch("-N2", "--job-name=sandbox-demo", script=DEMO_SCRIPT)
+    name = jobset_name(stack.cluster_name, job_id)
+    jobset_path = f"{JOBSETS}/namespaces/{stack.settings.namespace}/jobsets/{name}"
+    _say(f"submitted Slurm job {job_id} held (sbatch --hold -N2 -p bridge)")
+
+    def jobset() -> dict[str, Any] | None:
+        items = stack.list_items(f"{JOBSETS}/namespaces/{stack.settings.namespace}/jobsets")
+        return next((js for js in items if js["metadata"]["name"] == name), None)
+
+    _wait(jobset, what=f"JobSet {name}", timeout=60, stopping=stopping)
+    _say(f"the bridge created JobSet {stack.settings.namespace}/{name}, suspended, queued in Kueue")
+    _wait(
+        lambda: (jobset() or {}).get("spec", {}).get("suspend") is False,
+        what="Kueue admission",
+        timeout=120,
+        stopping=stopping,
+    )
+    _say("Kueue admitted it: the JobSet is unsuspended and its slurmd pods start on runner nodes")
+    _wait(
+        lambda: _slurm_state(stack, job_id) in {"RUNNING", "COMPLETING", "COMPLETED"},
+        what="the job to run",
+        timeout=120,
+        stopping=stopping,
+    )
+    _say(f"the slurmd pods joined Slurm; the bridge pinned job {job_id} to them and released it")
+    _wait(
+        lambda: _slurm_state(stack, job_id) == "COMPLETED", what="completion", timeout=120, stopping=stopping
+    )
+    output = stack.slurm.host_path(stack.slurm.jobs_dir / f"slurm-{job_id}.out").read_text().strip()
+    _say(f"job {job_id} COMPLETED; its output:\n" + "\n".join(f"    {line}" for line in output.splitlines()))
+    _wait(
+        lambda: not stack.client.exists(jobset_path) and not stack.slurm_nodes(),
+        what="clean-up",
+        timeout=120,
+        stopping=stopping,
+    )
+    _say("the bridge drained and deleted the Slurm nodes and deleted the JobSet: nothing is left")
+
+
+def _print_guide(kube: KubeStack, slurm: SlurmCluster, stack: E2EStack) -> None:
+    conf = f"SLURM_CONF={slurm.conf_path}"
+    prefix = shlex.join(stack.scontrol_prefix()) + " " if stack.scontrol_prefix() else ""
+    _say(f"Slurm {slurm.version}, REST {slurm.rest_version} at {slurm.rest_url}")
+    _say(f"kubeconfig: {kube.kubeconfig}")
+    _say(f"WorkloadMixing: {stack.mixing_name}; bridged JobSets go to namespace {stack.settings.namespace}")
+    _say(
+        "submit a bridged job: "
+        f"{conf} {prefix}runuser -u {slurm.user} -- "
+        f"sbatch --hold -p bridge -N1 --chdir={slurm.jobs_dir} --wrap=hostname"
+    )
+    _say(
+        f"explain a job: python -m bridge.slurm --kubeconfig {kube.kubeconfig} "
+        f"--config {stack.mixing_name} explain <job-id>"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bridge.sandbox", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--slurm", choices=["22.05", "24.11"], default="22.05", help="Slurm generation to run"
+    )
+    parser.add_argument("--demo", action="store_true", help="submit a two-node job and follow it through")
+    parser.add_argument("--exit-after-demo", action="store_true", help="stop everything after the demo")
+    parser.add_argument("--workdir", type=Path, default=None, help="keep every part's files and logs here")
+    args = parser.parse_args(argv)
+
+    stopping = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    keep = args.workdir is not None
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="k8s-bridge-sandbox-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        with (
+            KubeStack(workdir=workdir / "kube", keep_workdir=keep) as kube,
+            SlurmCluster(version=args.slurm, keep_workdir=keep) as slurm,
+            E2EStack(
+                kube=kube, slurm=slurm, workdir=workdir / "wiring", settings=E2ESettings(pool="sandbox")
+            ) as stack,
+        ):
+            bridge = stack.bridge().start()
+            _say(f"k8s-bridge is running (log {bridge.log_path})")
+            _print_guide(kube, slurm, stack)
+            if args.demo:
+                run_demo(stack, stopping=stopping)
+            if not (args.demo and args.exit_after_demo):
+                _say("Ctrl-C stops the sandbox")
+                stopping.wait()
+    except (MissingPrerequisiteError, RootBuildError) as missing:
+        print(f"missing prerequisite: {missing}", file=sys.stderr)
+        return 2
+    except StackError as failed:
+        print(f"sandbox failed: {failed}", file=sys.stderr)
+        return 1
+    finally:
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())
