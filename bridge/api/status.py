@@ -184,50 +184,30 @@ def references(spec: WorkloadMixingSpec) -> list[Reference]:
     return refs
 
 
-def _check(ref: Reference, inventory: Inventory) -> Problem | None:
+def _fault(ref: Reference, inventory: Inventory) -> tuple[Reason, str] | None:
+    """Why ``ref`` is missing from the inventory (reason and message), or None when it is there."""
     if ref.kind == "LocalQueue":
         assert ref.namespace is not None
         if (ref.namespace, ref.name) not in inventory.local_queues:
-            return Problem(
-                field=ref.field,
-                reason=Reason.LOCAL_QUEUE_NOT_FOUND,
-                message=f"LocalQueue {ref.namespace}/{ref.name} not found",
-            )
+            return Reason.LOCAL_QUEUE_NOT_FOUND, f"LocalQueue {ref.namespace}/{ref.name} not found"
     elif ref.kind == "WorkloadPriorityClass":
         if ref.name not in inventory.priority_classes:
-            return Problem(
-                field=ref.field,
-                reason=Reason.PRIORITY_CLASS_NOT_FOUND,
-                message=f"WorkloadPriorityClass {ref.name} not found",
-            )
+            return Reason.PRIORITY_CLASS_NOT_FOUND, f"WorkloadPriorityClass {ref.name} not found"
     elif ref.kind == "TopologyLevel":
         if ref.name not in inventory.topology_levels:
-            return Problem(
-                field=ref.field,
-                reason=Reason.TOPOLOGY_LEVEL_NOT_FOUND,
-                message=f"no Kueue Topology has a level with node label {ref.name}",
+            return (
+                Reason.TOPOLOGY_LEVEL_NOT_FOUND,
+                f"no Kueue Topology has a level with node label {ref.name}",
             )
     else:
         assert ref.namespace is not None
         secret = (ref.namespace, ref.name)
         if secret in inventory.unreadable_secrets:
-            return Problem(
-                field=ref.field,
-                reason=Reason.SECRET_UNREADABLE,
-                message=f"Secret {ref.namespace}/{ref.name} cannot be read by the bridge",
-            )
+            return Reason.SECRET_UNREADABLE, f"Secret {ref.namespace}/{ref.name} cannot be read by the bridge"
         if secret not in inventory.secrets:
-            return Problem(
-                field=ref.field,
-                reason=Reason.SECRET_NOT_FOUND,
-                message=f"Secret {ref.namespace}/{ref.name} not found",
-            )
+            return Reason.SECRET_NOT_FOUND, f"Secret {ref.namespace}/{ref.name} not found"
         if ref.key not in inventory.secrets[secret]:
-            return Problem(
-                field=ref.field,
-                reason=Reason.SECRET_KEY_NOT_FOUND,
-                message=f"Secret {ref.namespace}/{ref.name} has no key {ref.key}",
-            )
+            return Reason.SECRET_KEY_NOT_FOUND, f"Secret {ref.namespace}/{ref.name} has no key {ref.key}"
     return None
 
 
@@ -241,9 +221,9 @@ def check_references(spec: WorkloadMixingSpec, *, inventory: Inventory) -> list[
         if identity in seen:
             continue
         seen.add(identity)
-        problem = _check(ref, inventory)
-        if problem is not None:
-            problems.append(problem)
+        fault = _fault(ref, inventory)
+        if fault is not None:
+            problems.append(Problem(field=ref.field, reason=fault[0], message=fault[1]))
     return problems
 
 
@@ -253,16 +233,14 @@ def _summary(problems: Sequence[Problem]) -> str:
     return listed + (f"; and {rest} more" if rest > 0 else "")
 
 
+_Verdict = tuple[Literal["True", "False"], Reason, str]
+"""A condition's status, reason and message."""
+
+
 def _condition(
-    *,
-    type_: str,
-    status: Literal["True", "False"],
-    reason: Reason,
-    message: str,
-    generation: int,
-    previous: Mapping[str, Condition],
-    now: datetime,
+    type_: str, verdict: _Verdict, *, generation: int, previous: Mapping[str, Condition], now: datetime
 ) -> Condition:
+    status, reason, message = verdict
     old = previous.get(type_)
     # Kubernetes convention: lastTransitionTime moves only when status changes.
     since = old.last_transition_time if old is not None and old.status == status else now
@@ -294,61 +272,28 @@ def compute_conditions(
     problems = list(problems)
     blocking = [p for p in problems if p.blocking]
     impairing = [p for p in problems if not p.blocking]
-    old = {c.type: c for c in previous}
+    ready: _Verdict
+    degraded: _Verdict
     if blocking:
-        ready = _condition(
-            type_=READY,
-            status="False",
-            reason=blocking[0].reason,
-            message=_summary(blocking),
-            generation=generation,
-            previous=old,
-            now=now,
-        )
+        ready = ("False", blocking[0].reason, _summary(blocking))
     else:
-        ready = _condition(
-            type_=READY,
-            status="True",
-            reason=Reason.CONFIGURATION_VALID,
-            message="every object the spec refers to exists",
-            generation=generation,
-            previous=old,
-            now=now,
-        )
+        ready = ("True", Reason.CONFIGURATION_VALID, "every object the spec refers to exists")
     if impairing:
-        degraded = _condition(
-            type_=DEGRADED,
-            status="True",
-            reason=impairing[0].reason,
-            message=_summary(impairing),
-            generation=generation,
-            previous=old,
-            now=now,
-        )
+        degraded = ("True", impairing[0].reason, _summary(impairing))
     elif blocking and last_good_generation is not None and last_good_generation != generation:
-        degraded = _condition(
-            type_=DEGRADED,
-            status="True",
-            reason=Reason.LAST_GOOD_CONFIGURATION_IN_USE,
-            message=(
-                f"generation {generation} is not usable; "
-                f"the bridges keep running generation {last_good_generation}"
-            ),
-            generation=generation,
-            previous=old,
-            now=now,
+        degraded = (
+            "True",
+            Reason.LAST_GOOD_CONFIGURATION_IN_USE,
+            f"generation {generation} is not usable; "
+            f"the bridges keep running generation {last_good_generation}",
         )
     else:
-        degraded = _condition(
-            type_=DEGRADED,
-            status="False",
-            reason=Reason.AS_EXPECTED,
-            message="",
-            generation=generation,
-            previous=old,
-            now=now,
-        )
-    return [ready, degraded]
+        degraded = ("False", Reason.AS_EXPECTED, "")
+    old = {c.type: c for c in previous}
+    return [
+        _condition(READY, ready, generation=generation, previous=old, now=now),
+        _condition(DEGRADED, degraded, generation=generation, previous=old, now=now),
+    ]
 
 
 def build_status(

@@ -437,7 +437,26 @@ class RestAdapter:
         begin_time: int | None = None,
         comment: str | None = None,
     ) -> dict[str, Any]:
+        body: dict[str, Any] = {}  # top level: a {"job": ...} wrapper is ignored with a warning
+        if required_nodes is not None:
+            key, value = self._pin(required_nodes)
+            body[key] = value
+        if constraints is not None:
+            body["constraints"] = constraints
+        if hold is not None:
+            body["hold"] = hold
+        if begin_time is not None:
+            body["begin_time"] = self._number_body(begin_time)
+        if comment is not None:
+            body["comment"] = comment
+        return body
+
+    def _pin(self, nodes: Sequence[str]) -> tuple[str, Any]:
+        """The request field that pins a job to ``nodes``, and its value."""
         raise NotImplementedError
+
+    def _number_body(self, number: int) -> Any:
+        return number
 
     def node_update_body(self, *, state: str, reason: str | None) -> dict[str, Any]:
         raise NotImplementedError
@@ -489,27 +508,8 @@ class V0038Adapter(RestAdapter):
         base, flags = _node_state([r.text("state")])
         return base, flags | frozenset(f.upper() for f in r.texts("state_flags"))
 
-    def job_update_body(
-        self,
-        *,
-        required_nodes: Sequence[str] | None = None,
-        constraints: str | None = None,
-        hold: bool | None = None,
-        begin_time: int | None = None,
-        comment: str | None = None,
-    ) -> dict[str, Any]:
-        body: dict[str, Any] = {}
-        if required_nodes is not None:
-            body["nodelist"] = ",".join(required_nodes)
-        if constraints is not None:
-            body["constraints"] = constraints
-        if hold is not None:
-            body["hold"] = hold
-        if begin_time is not None:
-            body["begin_time"] = begin_time
-        if comment is not None:
-            body["comment"] = comment
-        return body
+    def _pin(self, nodes: Sequence[str]) -> tuple[str, Any]:
+        return "nodelist", ",".join(nodes)
 
     def node_update_body(self, *, state: str, reason: str | None) -> dict[str, Any]:
         raise NotImplementedError("v0.0.38 cannot update nodes over REST; use ScontrolCli")
@@ -576,27 +576,11 @@ class DataParserAdapter(RestAdapter):
     def _node_state(self, r: _Reader) -> tuple[NodeState, frozenset[str]]:
         return _node_state(r.texts("state"))
 
-    def job_update_body(
-        self,
-        *,
-        required_nodes: Sequence[str] | None = None,
-        constraints: str | None = None,
-        hold: bool | None = None,
-        begin_time: int | None = None,
-        comment: str | None = None,
-    ) -> dict[str, Any]:
-        body: dict[str, Any] = {}  # top level: a {"job": ...} wrapper is ignored with a warning
-        if required_nodes is not None:
-            body["required_nodes"] = list(required_nodes)
-        if constraints is not None:
-            body["constraints"] = constraints
-        if hold is not None:
-            body["hold"] = hold
-        if begin_time is not None:
-            body["begin_time"] = {"set": True, "infinite": False, "number": begin_time}
-        if comment is not None:
-            body["comment"] = comment
-        return body
+    def _pin(self, nodes: Sequence[str]) -> tuple[str, Any]:
+        return "required_nodes", list(nodes)
+
+    def _number_body(self, number: int) -> Any:
+        return {"set": True, "infinite": False, "number": number}
 
     def node_update_body(self, *, state: str, reason: str | None) -> dict[str, Any]:
         body: dict[str, Any] = {"state": [state]}

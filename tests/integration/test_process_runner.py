@@ -67,21 +67,8 @@ async def start_runner(kube_stack: KubeStack, tmp_path: Path) -> AsyncIterator[R
             kube_stack.client.delete(f"/api/v1/nodes/{name}")
 
 
-def pod_manifest(
-    name: str,
-    node: str,
-    argv: list[str],
-    *,
-    env: dict[str, str] | None = None,
-    restart_policy: str = "Never",
-    grace: int = 30,
-) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": pod_spec(node, argv, env=env, restart_policy=restart_policy, grace=grace),
-    }
+def pod_manifest(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
 def pod_spec(
@@ -263,7 +250,7 @@ async def test_a_pod_runs_its_command_in_its_own_network_namespace(
         connection.close()
         """
     )
-    await pods.create(pod_manifest("web", node, server, env={"OUT": str(out)}))
+    await pods.create(pod_manifest("web", pod_spec(node, server, env={"OUT": str(out)})))
 
     pod = await pods.phase("web", "Running")
     assert pod.spec.node_name == node
@@ -313,7 +300,7 @@ async def test_a_failing_command_fails_the_pod_with_its_exit_code(
 ) -> None:
     runner = await start_runner()
     (node,) = runner.node_names
-    await pods.create(pod_manifest("fails", node, python("import sys; sys.exit(3)")))
+    await pods.create(pod_manifest("fails", pod_spec(node, python("import sys; sys.exit(3)"))))
     pod = await pods.phase("fails", "Failed")
     (status,) = pod.status.container_statuses
     assert status.state.terminated.exit_code == 3
@@ -321,12 +308,12 @@ async def test_a_failing_command_fails_the_pod_with_its_exit_code(
     assert status.restart_count == 0
 
     # a command missing from the host fails like a shell would (127), and nothing is left running
-    await pods.create(pod_manifest("missing", node, ["/nonexistent/k8s-bridge-command"]))
+    await pods.create(pod_manifest("missing", pod_spec(node, ["/nonexistent/k8s-bridge-command"])))
     pod = await pods.phase("missing", "Failed")
     assert pod.status.container_statuses[0].state.terminated.exit_code == 127
 
     # a pod the runner cannot run (no command: images are not run) is refused with a reason
-    manifest = pod_manifest("no-command", node, ["unused"])
+    manifest = pod_manifest("no-command", pod_spec(node, ["unused"]))
     del manifest["spec"]["containers"][0]["command"]
     await pods.create(manifest)
     pod = await pods.phase("no-command", "Failed")
@@ -342,8 +329,10 @@ async def test_init_containers_run_first_in_the_same_namespace(
     shared = tmp_path / "from-init"
     manifest = pod_manifest(
         "initialized",
-        node,
-        python("import os, sys; sys.exit(open(os.environ['SHARED']).read() != os.environ['POD_IP'])"),
+        pod_spec(
+            node,
+            python("import os, sys; sys.exit(open(os.environ['SHARED']).read() != os.environ['POD_IP'])"),
+        ),
     )
     main = manifest["spec"]["containers"][0]
     main["env"].append({"name": "SHARED", "value": str(shared)})
@@ -462,7 +451,7 @@ async def test_deleting_a_pod_stops_its_process_and_removes_its_namespace(
 ) -> None:
     runner = await start_runner()
     (node,) = runner.node_names
-    await pods.create(pod_manifest("sleeper", node, ["sleep", "3600"], grace=10))
+    await pods.create(pod_manifest("sleeper", pod_spec(node, ["sleep", "3600"], grace=10)))
     pod = await pods.phase("sleeper", "Running")
     pid = pid_of(pod)
     namespace = netns_of(pid)
@@ -488,7 +477,7 @@ async def test_a_process_ignoring_sigterm_is_killed_after_the_grace_period(
         time.sleep(3600)
         """
     )
-    await pods.create(pod_manifest("stubborn", node, stubborn, grace=2))
+    await pods.create(pod_manifest("stubborn", pod_spec(node, stubborn, grace=2)))
     pod = await pods.phase("stubborn", "Running")
     pid = pid_of(pod)
     await asyncio.sleep(0.5)  # let the interpreter install its handler
@@ -504,7 +493,7 @@ async def test_a_restarted_runner_fails_the_pods_it_lost_and_stop_leaves_nothing
 ) -> None:
     first = await start_runner()
     (node,) = first.node_names
-    await pods.create(pod_manifest("orphan", node, ["sleep", "3600"]))
+    await pods.create(pod_manifest("orphan", pod_spec(node, ["sleep", "3600"])))
     pod = await pods.phase("orphan", "Running")
     pid = pid_of(pod)
     namespace = netns_of(pid)
@@ -528,7 +517,7 @@ async def test_pods_on_kwok_nodes_are_not_run(
     )
     try:
         touched = tmp_path / "touched"
-        manifest = pod_manifest("simulated", kwok_node, ["touch", str(touched)])
+        manifest = pod_manifest("simulated", pod_spec(kwok_node, ["touch", str(touched)]))
         await pods.create(manifest)
         pod = await pods.phase("simulated", "Running")
         assert pod.spec.node_name == kwok_node

@@ -9,12 +9,9 @@ cluster does over time.
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
-
-import pytest
 
 from bridge.runtime.backoff import BackoffSettings
 from bridge.runtime.client import Client
@@ -22,8 +19,6 @@ from bridge.runtime.events import EventRecorder
 from bridge.runtime.handlers import Object
 from bridge.runtime.informer import Informer, SharedInformerFactory
 from bridge.runtime.reflector import ReflectorSettings
-from bridge.runtime.session import Session
-from bridge.sandbox.build import MissingPrerequisiteError
 from bridge.sandbox.kube import ControlPlane
 
 SETTINGS = ReflectorSettings(backoff=BackoffSettings(initial=0.2, maximum=2.0), inactivity_timeout=30.0)
@@ -41,34 +36,6 @@ class Recorder:
 
     def on_delete(self, obj: Object) -> None:
         self.events.append(("delete", obj["metadata"]["name"]))
-
-
-@pytest.fixture(scope="module")
-def kube_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    """etcd + kube-apiserver for this module, stopped (every process) even when start fails."""
-    plane = ControlPlane(workdir=tmp_path_factory.mktemp("runtime-kube"), watch_cache=False)
-    try:
-        plane.start()  # stops what it started when it fails
-    except MissingPrerequisiteError as missing:
-        pytest.fail(f"the Kubernetes control plane: missing prerequisite: {missing}", pytrace=False)
-    try:
-        yield plane
-    finally:
-        plane.stop()
-
-
-@pytest.fixture
-async def client(kube_control_plane: ControlPlane) -> AsyncIterator[Client]:
-    async with await Session.load(config_file=kube_control_plane.kubeconfig) as session:
-        yield Client(session)
-
-
-@pytest.fixture
-async def namespace(client: Client) -> AsyncIterator[str]:
-    name = f"rt-{uuid.uuid4().hex[:8]}"
-    await client.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    yield name
-    await client.delete("v1", "Namespace", name, missing_ok=True)
 
 
 def configmap(namespace: str, name: str, value: str) -> Object:

@@ -40,8 +40,6 @@ from bridge.runtime.client import Client
 from bridge.runtime.errors import NotFound
 from bridge.runtime.handlers import Object
 from bridge.runtime.leaderelection import JITTER_FACTOR
-from bridge.runtime.session import Session
-from bridge.sandbox.build import MissingPrerequisiteError
 from bridge.sandbox.kube import ControlPlane
 from bridge.sandbox.processes import free_port, log_tail
 
@@ -142,34 +140,6 @@ class Replicas:
             if replica.alive:
                 replica.process.kill()
             replica.process.wait(timeout=30)
-
-
-@pytest.fixture(scope="module")
-def kube_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    """etcd + kube-apiserver for this module, stopped (every process) even when start fails."""
-    plane = ControlPlane(workdir=tmp_path_factory.mktemp("leader-kube"))
-    try:
-        plane.start()  # stops what it started when it fails
-    except MissingPrerequisiteError as missing:
-        pytest.fail(f"the Kubernetes control plane: missing prerequisite: {missing}", pytrace=False)
-    try:
-        yield plane
-    finally:
-        plane.stop()
-
-
-@pytest.fixture
-async def client(kube_control_plane: ControlPlane) -> AsyncIterator[Client]:
-    async with await Session.load(config_file=kube_control_plane.kubeconfig) as session:
-        yield Client(session)
-
-
-@pytest.fixture
-async def namespace(client: Client) -> AsyncIterator[str]:
-    name = f"le-{uuid.uuid4().hex[:8]}"
-    await client.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    yield name
-    await client.delete("v1", "Namespace", name, missing_ok=True)
 
 
 @pytest.fixture

@@ -2,29 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from bridge.runtime import errors
 from bridge.runtime.client import Client
-from bridge.runtime.session import Session
 from tests.fixtures.recording_apiserver import RecordingServer, Seen
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[RecordingServer]:
-    fake = RecordingServer()
-    await fake.start()
-    yield fake
-    await fake.close()
-
-
-@pytest.fixture
-async def client(server: RecordingServer) -> AsyncIterator[Client]:
-    session = Session(base_url=server.base_url)
-    yield Client(session)
-    await session.close()
 
 
 def cm(name: str = "a") -> dict[str, object]:

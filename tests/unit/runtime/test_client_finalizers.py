@@ -2,31 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
-
 from bridge.runtime.client import Client
 from bridge.runtime.finalizers import add_finalizer, has_finalizer, remove_finalizer
-from bridge.runtime.session import Session
 from tests.fixtures.recording_apiserver import RecordingServer
 
 F = "bridge.k8s.io/cleanup"
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[RecordingServer]:
-    fake = RecordingServer()
-    await fake.start()
-    yield fake
-    await fake.close()
-
-
-@pytest.fixture
-async def client(server: RecordingServer) -> AsyncIterator[Client]:
-    session = Session(base_url=server.base_url)
-    yield Client(session)
-    await session.close()
 
 
 def obj(*finalizers: str) -> dict[str, object]:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from kubernetes_asyncio.client import Configuration
 
@@ -22,14 +20,6 @@ def client_for(session: Session) -> Client:
     client = Client(session)
     client.discovery.register(CONFIGMAPS)  # no discovery request: each request below is counted
     return client
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[RecordingServer]:
-    fake = RecordingServer()
-    await fake.start()
-    yield fake
-    await fake.close()
 
 
 async def test_kubeconfig_with_token(server: RecordingServer, tmp_path: Path) -> None:

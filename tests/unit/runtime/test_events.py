@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import AsyncIterator
-
-import pytest
 
 from bridge.runtime.client import Client
 from bridge.runtime.events import EventRecorder
-from bridge.runtime.session import Session
 from tests.fixtures.recording_apiserver import RecordingServer, Seen
 
 JOB = {
@@ -17,21 +13,6 @@ JOB = {
     "kind": "JobSet",
     "metadata": {"name": "train", "namespace": "team-a", "uid": "u-1", "resourceVersion": "5"},
 }
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[RecordingServer]:
-    fake = RecordingServer()
-    await fake.start()
-    yield fake
-    await fake.close()
-
-
-@pytest.fixture
-async def client(server: RecordingServer) -> AsyncIterator[Client]:
-    session = Session(base_url=server.base_url)
-    yield Client(session)
-    await session.close()
 
 
 class Clock:
