@@ -1,0 +1,886 @@
+"""The Slurm bridge under load, on the real stack: throughput of held jobs -> JobSets, and release latency.
+
+Issue 5, "Benchmark (bench tier)". Prints figures and ratios against a baseline measured in the same
+run; asserts only that the work was done (every JobSet exists, every job ran), never a time.
+
+**Throughput** (``test_held_jobs_to_jobsets_beside_kueue_admission``), one Slurm version
+(``K8S_BRIDGE_BENCH_SLURM``, default 22.05; ``22.05,24.11`` runs both):
+
+1. Baseline: Kueue's own admission rate in the same stack. ``K8S_BRIDGE_BENCH_BASELINE_JOBS`` (200)
+   plain suspended batch/v1 Jobs are queued to a held ClusterQueue (``stopPolicy: Hold``) with quota
+   for all; once every Workload exists the queue is resumed and the time until all are Admitted is
+   taken (polling the Workload list every 0.2 s). Their pods land on kwok nodes.
+2. Catch-up: ``K8S_BRIDGE_BENCH_JOBS`` (1000) 1-node jobs submitted with ``sbatch --hold`` (four
+   submitters in parallel, argv lists) while no bridge runs; then the bridge starts and the time until
+   it has created every JobSet is taken (its own ``create_jobset`` action counter, polled every 0.25 s;
+   the JobSet list is checked at the end). The ClusterQueue has zero quota, so nothing is admitted.
+3. Steady state with those JobSets: ``K8S_BRIDGE_BENCH_STEADY_SECONDS`` (10) of doing nothing:
+   slurmrestd calls per job-poll cycle, Kubernetes calls/s, CPU.
+4. Live: ``K8S_BRIDGE_BENCH_LIVE_JOBS`` (a fifth of 2.; 0 skips) more jobs submitted while the bridge
+   runs: time from the first sbatch until every JobSet exists, beside the submission time alone.
+5. Cleanup: every job ``scancel``-ed; time until the bridge has done its part (JobSet deleted, its
+   finalizer removed, for every job) and until every JobSet is gone (Kubernetes' garbage collector
+   finishes the foreground deletion).
+
+Kubernetes API calls are counted in the bridge process (``slurm_bridge_child.py`` wraps aiohttp and
+serves the counter beside the bridge's metrics), because ``apiserver_request_total`` has no client
+label; its delta is printed too, as the whole system's calls per job (Kueue, JobSet, GC included).
+slurmrestd calls come from the bridge's own ``k8s_bridge_slurmrestd_request_duration_seconds``.
+CPU is utime + stime of the bridge process (``/proc/<pid>/stat``), memory its VmRSS and VmHWM (the
+kernel's peak resident set, so no sampling is needed).
+
+**Release latency** (``test_admission_to_running_latency``): ``K8S_BRIDGE_BENCH_RELEASE_JOBS`` (50)
+1-node, 1-CPU jobs with quota for all, on process-runner nodes (real slurmd pods). A loop polls the
+Workloads, Slurm's nodes and jobs (every ~0.1 s plus the time the reads take) and records per job when
+it saw: Workload Admitted, the job's node IDLE, the job RUNNING; the bridge's ``Released`` Event gives
+the release call's time (microseconds, the bridge's clock, the same host). Printed as p50 / p99 / max
+of: Admitted -> RUNNING (the issue's figure), Admitted -> node registered (pod start and slurmd: not
+the bridge), node registered -> released (the bridge: node poll + reconcile + one REST call), released
+-> RUNNING (Slurm's scheduler), and node registered -> RUNNING (the "release latency" of the target).
+
+``K8S_BRIDGE_BENCH_BRIDGE_ARGS`` adds flags to the bridge (e.g. ``--max-concurrent-reconciles=16``).
+``K8S_BRIDGE_BENCH_RESULTS=<dir>`` writes each test's figures as JSON there (what
+``experiments/001-slurm-bridge-throughput/run`` does). Run: ``tox -e bench -- -k slurm_bridge`` or
+``pytest tests/bench/test_slurm_bridge_bench.py -s -p no:cacheprovider``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import math
+import os
+import re
+import shlex
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.admission import JOB_UID_LABEL, WorkloadState, describe_workload
+from bridge.sandbox.build import MissingPrerequisiteError
+from bridge.sandbox.e2e import JOBSETS, KUEUE, BridgeProcess, E2ESettings, E2EStack
+from bridge.sandbox.processes import StackError
+from bridge.sandbox.slurm import BRIDGE_PARTITION, VERSIONS, SlurmCluster, SlurmVersion
+from bridge.sandbox.slurm_root import RootBuildError
+from bridge.sandbox.stack import KubeStack
+from translators.slurm import LABEL_CLUSTER, LABEL_JOB_ID, jobset_name
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(5400)]
+
+
+def _env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name, str(default)))
+
+
+JOBS = _env_int("K8S_BRIDGE_BENCH_JOBS", 1000)
+LIVE_JOBS = _env_int("K8S_BRIDGE_BENCH_LIVE_JOBS", JOBS // 5)
+BASELINE_JOBS = _env_int("K8S_BRIDGE_BENCH_BASELINE_JOBS", 200)
+RELEASE_JOBS = _env_int("K8S_BRIDGE_BENCH_RELEASE_JOBS", 50)
+STEADY_SECONDS = float(os.environ.get("K8S_BRIDGE_BENCH_STEADY_SECONDS", "10"))
+SUBMITTERS = 4
+RESULTS_DIR = os.environ.get("K8S_BRIDGE_BENCH_RESULTS", "")
+CHILD = Path(__file__).with_name("slurm_bridge_child.py")
+BENCH_VERSIONS: list[SlurmVersion] = [
+    v for v in VERSIONS if v in os.environ.get("K8S_BRIDGE_BENCH_SLURM", "22.05").split(",")
+]
+
+BRIDGE_ARGS = shlex.split(os.environ.get("K8S_BRIDGE_BENCH_BRIDGE_ARGS", ""))
+"""Extra ``python -m bridge.slurm`` flags, e.g. ``--max-concurrent-reconciles=16``."""
+
+TRUE_SCRIPT = "#!/bin/sh\ntrue\n"
+
+
+# --- fixtures ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module", params=BENCH_VERSIONS, ids=[f"slurm-{v}" for v in BENCH_VERSIONS])
+def bench_slurm(request: pytest.FixtureRequest) -> Iterator[SlurmCluster]:
+    """A Slurm cluster with room for the release test's dynamic nodes (MaxJobCount: Slurm's 10000)."""
+    version: SlurmVersion = request.param
+    cluster = SlurmCluster(version=version, max_nodes=max(64, RELEASE_JOBS + 16))
+    try:
+        cluster.start()
+    except (MissingPrerequisiteError, RootBuildError) as missing:
+        pytest.fail(f"Slurm {version}: missing prerequisite: {missing}", pytrace=False)
+    except StackError as failed:
+        pytest.fail(f"Slurm {version} did not start: {failed}", pytrace=False)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+class BenchStack(E2EStack):
+    """The e2e wiring with the WorkloadMixing's limits raised for the benchmark."""
+
+    def __init__(self, *, max_bridged_jobs: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.max_bridged_jobs = max_bridged_jobs
+
+    def mixing_spec_dict(self) -> dict[str, Any]:
+        spec = super().mixing_spec_dict()
+        spec["slurm"]["limits"] = {"maxNodesPerJob": 16, "maxBridgedJobs": self.max_bridged_jobs}
+        return spec
+
+
+@contextlib.contextmanager
+def bench_stack(
+    kube: KubeStack, slurm: SlurmCluster, workdir: Path, settings: E2ESettings, *, max_bridged_jobs: int
+) -> Iterator[BenchStack]:
+    stack = BenchStack(
+        kube=kube, slurm=slurm, workdir=workdir, settings=settings, max_bridged_jobs=max_bridged_jobs
+    )
+    try:
+        stack.start()
+    except MissingPrerequisiteError as missing:
+        pytest.fail(f"bench stack: missing prerequisite: {missing}", pytrace=False)
+    except StackError as failed:
+        pytest.fail(f"bench stack did not start: {failed}", pytrace=False)
+    try:
+        yield stack
+    finally:
+        for bridge in stack.bridges:
+            bridge.stop(grace=10.0)
+        scrub(stack)
+        stack.stop()
+
+
+def scrub(stack: E2EStack) -> None:
+    """Leave nothing behind (as tests/e2e/conftest.py's scrub): jobs cancelled, bridge nodes deleted,
+    JobSets without finalizers deleted. Uses the cluster's private ``_run`` for scancel, as e2e does."""
+    with contextlib.suppress(StackError):
+        stack.slurm._run(["scancel", f"--partition={BRIDGE_PARTITION}"])
+    for name in stack.slurm_nodes():
+        stack.slurm.scontrol("update", f"nodename={name}", "state=down", "reason=bench scrub", check=False)
+        stack.slurm.scontrol("delete", f"nodename={name}", check=False)
+    ns = stack.settings.namespace
+    for jobset in stack.jobsets():
+        path = f"{JOBSETS}/namespaces/{ns}/jobsets/{jobset['metadata']['name']}"
+        with contextlib.suppress(StackError):
+            if jobset["metadata"].get("finalizers"):
+                stack.client.request(
+                    "PATCH",
+                    path,
+                    body={"metadata": {"finalizers": None}},
+                    content_type="application/merge-patch+json",
+                )
+            stack.client.delete(path)
+
+
+# --- measuring -----------------------------------------------------------------------------------
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of one process."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def memory_mib(pid: int) -> tuple[float, float]:
+    """(VmRSS, VmHWM) of one process in MiB."""
+    values = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            values[key] = int(rest.split()[0]) / 1024
+    return values["VmRSS"], values["VmHWM"]
+
+
+Sample = tuple[str, dict[str, str], float]
+
+
+def parse_metrics(text: str) -> list[Sample]:
+    samples: list[Sample] = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        head, _, value = line.rpartition(" ")
+        name, _, label_text = head.partition("{")
+        labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', label_text))
+        with contextlib.suppress(ValueError):
+            samples.append((name, labels, float(value)))
+    return samples
+
+
+def total(samples: Sequence[Sample], name: str, **labels: str) -> float:
+    return sum(v for n, lab, v in samples if n == name and all(lab.get(k) == w for k, w in labels.items()))
+
+
+def by_labels(samples: Sequence[Sample], name: str, keys: Sequence[str]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for n, lab, v in samples:
+        if n == name:
+            key = " ".join(lab.get(k, "") for k in keys)
+            out[key] = out.get(key, 0.0) + v
+    return out
+
+
+def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    keys = sorted(set(after) | set(before))
+    return {
+        k: after.get(k, 0.0) - before.get(k, 0.0) for k in keys if after.get(k, 0.0) != before.get(k, 0.0)
+    }
+
+
+REST_COUNT = "k8s_bridge_slurmrestd_request_duration_seconds_count"
+REST_SUM = "k8s_bridge_slurmrestd_request_duration_seconds_sum"
+HTTP_COUNT = "k8s_bridge_bench_http_requests_total"
+ACTIONS = "k8s_bridge_slurm_actions_total"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One snapshot of the bridge: its metrics, CPU and memory, and the API server's request total."""
+
+    at: float
+    samples: list[Sample]
+    cpu: float
+    rss: float
+    hwm: float
+    apiserver: float
+
+    @classmethod
+    def take(cls, stack: E2EStack, bridge: BridgeProcess) -> Probe:
+        assert bridge.process is not None
+        at = time.monotonic()
+        samples = parse_metrics(bridge.metrics_text() or "")
+        rss, hwm = memory_mib(bridge.process.pid)
+        return cls(at, samples, cpu_seconds(bridge.process.pid), rss, hwm, apiserver_requests(stack))
+
+    @classmethod
+    def before_start(cls, stack: E2EStack) -> Probe:
+        """What a bridge that has not started yet has done: nothing (the API server's total as now)."""
+        return cls(time.monotonic(), [], 0.0, 0.0, 0.0, apiserver_requests(stack))
+
+    def kube(self) -> dict[str, float]:
+        return {k: v for k, v in self.http().items() if k.startswith("kube ")}
+
+    def http(self) -> dict[str, float]:
+        return by_labels(self.samples, HTTP_COUNT, ("target", "verb", "resource"))
+
+    def rest(self) -> dict[str, float]:
+        return by_labels(self.samples, REST_COUNT, ("method", "path"))
+
+    def rest_seconds(self) -> dict[str, float]:
+        return by_labels(self.samples, REST_SUM, ("method", "path"))
+
+    def actions(self) -> dict[str, float]:
+        return by_labels(self.samples, ACTIONS, ("action", "result"))
+
+
+def apiserver_requests(stack: E2EStack) -> float:
+    """Sum of ``apiserver_request_total`` over every client (watches counted when they start)."""
+    try:
+        text = stack.client.get("/metrics")
+    except (StackError, OSError):
+        return math.nan
+    return total(parse_metrics(str(text)), "apiserver_request_total")
+
+
+def window(before: Probe, after: Probe, *, jobs: int) -> dict[str, Any]:
+    """What the bridge did between two probes, per job where that means something."""
+    seconds = after.at - before.at
+    kube = delta(after.kube(), before.kube())
+    rest = delta(after.rest(), before.rest())
+    rest_time = delta(after.rest_seconds(), before.rest_seconds())
+    kube_calls = sum(kube.values())
+    rest_calls = sum(rest.values())
+    job_polls = sum(v for k, v in rest.items() if k.startswith("GET ") and k.endswith("/jobs"))
+    apiserver = after.apiserver - before.apiserver
+    cpu = after.cpu - before.cpu
+    return {
+        "seconds": round(seconds, 3),
+        "jobs": jobs,
+        "kube_calls": int(kube_calls),
+        "kube_calls_per_job": round(kube_calls / jobs, 2) if jobs else None,
+        "kube_calls_per_s": round(kube_calls / seconds, 2),
+        "kube_calls_by_verb": {k.removeprefix("kube "): int(v) for k, v in kube.items()},
+        "apiserver_requests_all_clients": None if math.isnan(apiserver) else int(apiserver),
+        "apiserver_requests_all_clients_per_job": (
+            round(apiserver / jobs, 1) if jobs and not math.isnan(apiserver) else None
+        ),
+        "rest_calls": int(rest_calls),
+        "rest_calls_per_job": round(rest_calls / jobs, 2) if jobs else None,
+        "rest_job_polls": int(job_polls),
+        "rest_calls_per_job_poll": round(rest_calls / job_polls, 2) if job_polls else None,
+        "rest_calls_by_path": {k: int(v) for k, v in rest.items()},
+        "rest_mean_ms_by_path": {k: round(1000 * rest_time.get(k, 0.0) / v, 1) for k, v in rest.items() if v},
+        "actions": {k: int(v) for k, v in delta(after.actions(), before.actions()).items()},
+        "cpu_seconds": round(cpu, 2),
+        "cpu_percent": round(100 * cpu / seconds, 1),
+        "cpu_ms_per_job": round(1000 * cpu / jobs, 2) if jobs else None,
+        "rss_mib": round(after.rss, 1),
+        "peak_rss_mib": round(after.hwm, 1),
+    }
+
+
+def wait(predicate: Callable[[], Any], *, timeout: float, what: str, interval: float = 0.25) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def summary(values: Sequence[float]) -> dict[str, float | int | None]:
+    if not values:
+        return {"n": 0, "p50": None, "p99": None, "max": None}
+    return {
+        "n": len(values),
+        "p50": round(percentile(values, 50), 3),
+        "p99": round(percentile(values, 99), 3),
+        "max": round(max(values), 3),
+    }
+
+
+def print_table(title: str, rows: Sequence[tuple[str, Any]]) -> None:
+    width = max(len(label) for label, _ in rows)
+    print(f"\n{title}")
+    for label, value in rows:
+        print(f"  {label:<{width}}  {value}")
+
+
+def write_result(name: str, result: dict[str, Any]) -> None:
+    if not RESULTS_DIR:
+        return
+    folder = Path(RESULTS_DIR)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    print(f"\nwrote {path}")
+
+
+# --- Slurm and Kubernetes helpers ----------------------------------------------------------------
+
+
+def submit_many(
+    cluster: SlurmCluster, count: int, *, prefix: str, script: str = TRUE_SCRIPT, options: Sequence[str] = ()
+) -> tuple[list[int], float]:
+    """Submit ``count`` held 1-node jobs with four sbatch processes at a time; (ids, seconds)."""
+
+    def one(index: int) -> int:
+        return cluster.sbatch(
+            "-N1", "--ntasks=1", "--mem=100", "--time=10", f"--job-name={prefix}-{index}", *options,
+            script=script,
+        )  # fmt: skip
+
+    began = time.monotonic()
+    with ThreadPoolExecutor(SUBMITTERS) as pool:
+        ids = list(pool.map(one, range(count)))
+    return ids, time.monotonic() - began
+
+
+def cancel_all(cluster: SlurmCluster) -> None:
+    """``scancel --partition=bridge`` as root (the cluster's private ``_run``, as tests/e2e does)."""
+    cluster._run(["scancel", f"--partition={BRIDGE_PARTITION}"])
+
+
+def counting_bridge(stack: E2EStack) -> BridgeProcess:
+    """The bridge run through ``slurm_bridge_child.py`` (same arguments; every HTTP request counted)."""
+    bridge = stack.bridge(*BRIDGE_ARGS)
+    assert bridge.argv[1:3] == ["-m", "bridge.slurm"], bridge.argv
+    bridge.argv[1:3] = [str(CHILD)]
+    return bridge
+
+
+def wait_bridge(bridge: BridgeProcess) -> None:
+    def ready() -> bool:
+        assert bridge.alive(), f"the bridge exited:\n{bridge.log_tail()}"
+        return bridge.metrics_text() is not None
+
+    wait(ready, timeout=60, what="the bridge to serve /metrics")
+
+
+def jobset_count(stack: E2EStack) -> int:
+    path = f"{JOBSETS}/namespaces/{stack.settings.namespace}/jobsets"
+    items = stack.list_items(path, labelSelector=f"{LABEL_CLUSTER}={stack.cluster_name}")
+    return len(items)
+
+
+def any_jobset(stack: E2EStack) -> bool:
+    path = f"{JOBSETS}/namespaces/{stack.settings.namespace}/jobsets"
+    return bool(stack.list_items(path, labelSelector=f"{LABEL_CLUSTER}={stack.cluster_name}", limit="1"))
+
+
+def creates(bridge: BridgeProcess) -> float:
+    return bridge.metric(ACTIONS, action="create_jobset", result="ok")
+
+
+def wait_creates(bridge: BridgeProcess, target: float, *, timeout: float) -> list[tuple[float, float]]:
+    """Poll the bridge's create counter until it reaches ``target``; the (monotonic time, count) series."""
+    series: list[tuple[float, float]] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        assert bridge.alive(), f"the bridge exited:\n{bridge.log_tail()}"
+        count = creates(bridge)
+        series.append((time.monotonic(), count))
+        if count >= target:
+            return series
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"{count:.0f} of {target:.0f} JobSets after {timeout:.0f}s\n{bridge.log_tail()}"
+            )
+        time.sleep(0.25)
+
+
+def rate_figures(
+    series: list[tuple[float, float]], *, start: float, base: float, count: int
+) -> dict[str, Any]:
+    """From a (time, cumulative count) series: time to all, to the first, and the rate of the middle 80%."""
+    points = [(t - start, c - base) for t, c in series]
+    first = next((t for t, c in points if c > 0), math.nan)
+    done = next(t for t, c in points if c >= count)
+    lo = next(t for t, c in points if c >= 0.1 * count)
+    hi = next(t for t, c in points if c >= 0.9 * count)
+    middle = 0.8 * count / (hi - lo) if hi > lo else math.nan
+    return {
+        "seconds_to_all": round(done, 2),
+        "seconds_to_first": round(first, 2),
+        "per_s_overall": round(count / done, 1),
+        "per_s_middle_80pct": round(middle, 1),
+    }
+
+
+def kueue_admission_baseline(stack: E2EStack, count: int) -> dict[str, Any]:
+    """Kueue's admission rate for ``count`` plain Jobs released at once from a held ClusterQueue."""
+    key, value = stack.settings.pool_label
+    ns, flavor, cq, lq = "bench-kueue", "bench-kueue-kwok", "bench-kueue", "baseline"
+    client = stack.client
+    stack.kube.control_plane.ensure_namespace(ns)
+    client.apply(
+        f"{KUEUE}/resourceflavors",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": flavor},
+            "spec": {"nodeLabels": {key: f"{value}-kwok"}},
+        },
+    )
+
+    def queue(stop_policy: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
+            "metadata": {"name": cq},
+            "spec": {
+                "namespaceSelector": {},
+                "stopPolicy": stop_policy,
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", "memory"],
+                        "flavors": [
+                            {
+                                "name": flavor,
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": str(count)},
+                                    {"name": "memory", "nominalQuota": f"{count}Gi"},
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            },
+        }
+
+    client.apply(f"{KUEUE}/clusterqueues", queue("Hold"))
+    client.apply(
+        f"{KUEUE}/namespaces/{ns}/localqueues",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": lq, "namespace": ns},
+            "spec": {"clusterQueue": cq},
+        },
+    )
+    workloads_path = f"{KUEUE}/namespaces/{ns}/workloads"
+    jobs_path = f"/apis/batch/v1/namespaces/{ns}/jobs"
+    try:
+        for index in range(count):
+            job = stack.batch_job(f"baseline-{index}", command=["true"], cpu="10m", memory="1Mi")
+            job["metadata"]["namespace"] = ns
+            job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = lq
+            client.create(jobs_path, job)
+        wait(
+            lambda: len(stack.list_items(workloads_path)) >= count,
+            timeout=300, what=f"{count} Workloads of the baseline Jobs",
+        )  # fmt: skip
+
+        def admitted() -> int:
+            return sum(
+                describe_workload(w).state in (WorkloadState.ADMITTED, WorkloadState.FINISHED)
+                for w in stack.list_items(workloads_path)
+            )
+
+        assert admitted() == 0
+        wall_start, start = time.time(), time.monotonic()
+        client.apply(f"{KUEUE}/clusterqueues", queue("None"))
+        wait(lambda: admitted() >= count, timeout=600, what="Kueue to admit the baseline", interval=0.2)
+        seconds = time.monotonic() - start
+        last = max(_condition_time(w, "Admitted") or wall_start for w in stack.list_items(workloads_path))
+        return {
+            "jobs": count,
+            "seconds": round(seconds, 2),
+            "admissions_per_s": round(count / seconds, 1),
+            "admissions_per_s_by_conditions": round(count / max(last - wall_start, 1.0), 1),
+        }
+    finally:
+        for job in stack.list_items(jobs_path):
+            with contextlib.suppress(StackError):
+                client.delete(f"{jobs_path}/{job['metadata']['name']}")
+        with contextlib.suppress(AssertionError):
+            wait(lambda: not stack.list_items(workloads_path), timeout=120, what="baseline Workloads to go")
+        with contextlib.suppress(StackError):
+            client.apply(f"{KUEUE}/clusterqueues", queue("Hold"))
+
+
+def _parse_time(text: str) -> float | None:
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _condition_time(obj: dict[str, Any], kind: str) -> float | None:
+    for condition in obj.get("status", {}).get("conditions") or []:
+        if condition.get("type") == kind and condition.get("status") == "True":
+            return _parse_time(str(condition.get("lastTransitionTime", "")))
+    return None
+
+
+# --- 1: throughput -------------------------------------------------------------------------------
+
+
+def test_held_jobs_to_jobsets_beside_kueue_admission(
+    kube_stack: KubeStack, bench_slurm: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    settings = E2ESettings(
+        pool="bench-a", runner_nodes=1, kwok_nodes=2, quota_cpu="0", quota_memory="0",
+        namespace="bench-a", slurm_priority="bench-slurm", urgent_priority="bench-urgent",
+    )  # fmt: skip
+    workdir = tmp_path_factory.mktemp(f"bench-a-{bench_slurm.version}")
+    result: dict[str, Any] = {
+        "slurm": bench_slurm.package_version,
+        "rest": bench_slurm.rest_version,
+        "bridge_args": BRIDGE_ARGS,
+    }
+    with bench_stack(
+        kube_stack, bench_slurm, workdir, settings, max_bridged_jobs=JOBS + LIVE_JOBS + 100
+    ) as stack:
+        # 1. Kueue's own admission rate.
+        baseline = kueue_admission_baseline(stack, BASELINE_JOBS)
+        result["kueue_baseline"] = baseline
+
+        # 2. Catch-up: held jobs first, then the bridge.
+        ids, submit_seconds = submit_many(bench_slurm, JOBS, prefix="held")
+        assert len(set(ids)) == JOBS
+        result["submit"] = {"jobs": JOBS, "seconds": round(submit_seconds, 2),
+                            "per_s": round(JOBS / submit_seconds, 1), "parallel": SUBMITTERS}  # fmt: skip
+        bridge = counting_bridge(stack)
+        zero = Probe.before_start(stack)
+        start = zero.at
+        bridge.start()
+        wait_bridge(bridge)
+        started = time.monotonic() - start
+        series = wait_creates(bridge, JOBS, timeout=max(300.0, JOBS * 1.0))
+        after = Probe.take(stack, bridge)
+        assert jobset_count(stack) == JOBS
+        catch_up = rate_figures(series, start=start, base=0.0, count=JOBS)
+        catch_up["bridge_start_seconds"] = round(started, 2)
+        # From the bridge's start (its start-up lists, watches and discovery included).
+        catch_up["since_start"] = window(zero, after, jobs=JOBS)
+        catch_up["ratio_to_kueue_admission"] = round(
+            catch_up["per_s_middle_80pct"] / baseline["admissions_per_s"], 2
+        )
+        result["catch_up"] = catch_up
+
+        # 3. Steady state: nothing changes; what does the bridge cost per poll?
+        time.sleep(2.0)
+        quiet = Probe.take(stack, bridge)
+        time.sleep(STEADY_SECONDS)
+        result["steady"] = window(quiet, Probe.take(stack, bridge), jobs=JOBS)
+
+        # 4. Live: submitted while the bridge runs.
+        if LIVE_JOBS:
+            base = creates(bridge)
+            live_before = Probe.take(stack, bridge)
+            start = time.monotonic()
+            with ThreadPoolExecutor(1) as pool:
+                submitted = pool.submit(submit_many, bench_slurm, LIVE_JOBS, prefix="live")
+                series = wait_creates(bridge, base + LIVE_JOBS, timeout=max(300.0, LIVE_JOBS * 1.0))
+                live_ids, live_submit_seconds = submitted.result()
+            assert len(set(live_ids)) == LIVE_JOBS
+            live = rate_figures(series, start=start, base=base, count=LIVE_JOBS)
+            live["submit_seconds"] = round(live_submit_seconds, 2)
+            live["lag_after_last_submit_seconds"] = round(live["seconds_to_all"] - live_submit_seconds, 2)
+            live["window"] = window(live_before, Probe.take(stack, bridge), jobs=LIVE_JOBS)
+            result["live"] = live
+            assert jobset_count(stack) == JOBS + LIVE_JOBS
+
+        # 5. Cleanup: cancel everything; the bridge deletes every JobSet.
+        everything = JOBS + LIVE_JOBS
+        clean_before = Probe.take(stack, bridge)
+        removed = clean_before.actions().get("remove_finalizer ok", 0.0)
+        start = time.monotonic()
+        cancel_all(bench_slurm)
+        wait(
+            lambda: bridge.metric(ACTIONS, action="remove_finalizer", result="ok") - removed >= everything,
+            timeout=max(600.0, everything * 1.0), what="the bridge to remove every finalizer", interval=0.5,
+        )  # fmt: skip
+        bridge_done = time.monotonic() - start
+        clean_after = Probe.take(stack, bridge)
+        wait(lambda: not any_jobset(stack), timeout=max(600.0, everything * 1.0),
+             what="every JobSet to be gone", interval=1.0)  # fmt: skip
+        seconds = time.monotonic() - start
+        result["cleanup"] = {
+            "jobs": everything,
+            "bridge_done_seconds": round(bridge_done, 2),
+            "bridge_per_s": round(everything / bridge_done, 1),
+            "all_gone_seconds": round(seconds, 2),
+            "window": window(clean_before, clean_after, jobs=everything),
+        }
+        assert bridge.alive(), bridge.log_tail()
+
+    report_throughput(result)
+    write_result(f"throughput-{bench_slurm.version}", result)
+
+
+def report_throughput(r: dict[str, Any]) -> None:
+    b, c, s = r["kueue_baseline"], r["catch_up"], r["steady"]
+    w = c["since_start"]
+    rows: list[tuple[str, Any]] = [
+        ("Slurm / REST / extra bridge flags", f"{r['slurm']} / {r['rest']} / {r['bridge_args']}"),
+        ("Kueue baseline: admissions/s", f"{b['admissions_per_s']} ({b['jobs']} Jobs in {b['seconds']} s)"),
+        ("sbatch --hold, 4 parallel: jobs/s", f"{r['submit']['per_s']} ({r['submit']['jobs']} in "
+                                              f"{r['submit']['seconds']} s)"),
+        ("catch-up: bridge start -> all JobSets", f"{c['seconds_to_all']} s ({w['jobs']} jobs; first "
+                                                 f"after {c['seconds_to_first']} s)"),
+        ("catch-up: JobSets/s (middle 80% / overall)", f"{c['per_s_middle_80pct']} / {c['per_s_overall']}"),
+        ("bridge JobSets/s / Kueue admissions/s", c["ratio_to_kueue_admission"]),
+        ("catch-up: Kubernetes calls per job (bridge)",
+         f"{w['kube_calls_per_job']}  {w['kube_calls_by_verb']}"),
+        ("catch-up: API server requests per job (all)", w["apiserver_requests_all_clients_per_job"]),
+        ("catch-up: slurmrestd calls per job", f"{w['rest_calls_per_job']}  {w['rest_calls_by_path']}"),
+        ("catch-up: bridge CPU s (ms per job)", f"{w['cpu_seconds']} ({w['cpu_ms_per_job']})"),
+        ("catch-up: bridge RSS / peak RSS MiB", f"{w['rss_mib']} / {w['peak_rss_mib']}"),
+        (f"steady {s['seconds']} s: slurmrestd calls per job poll",
+         f"{s['rest_calls_per_job_poll']}  {s['rest_calls_by_path']}"),
+        ("steady: slurmrestd mean ms by path", s["rest_mean_ms_by_path"]),
+        ("steady: Kubernetes calls/s (bridge)", s["kube_calls_per_s"]),
+        ("steady: bridge CPU %", s["cpu_percent"]),
+    ]  # fmt: skip
+    if "live" in r:
+        live = r["live"]
+        rows += [
+            ("live: first sbatch -> all JobSets", f"{live['seconds_to_all']} s (submitting took "
+                                                  f"{live['submit_seconds']} s; lag "
+                                                  f"{live['lag_after_last_submit_seconds']} s)"),
+            ("live: Kubernetes / slurmrestd calls per job", f"{live['window']['kube_calls_per_job']} / "
+                                                            f"{live['window']['rest_calls_per_job']}"),
+        ]  # fmt: skip
+    cl = r["cleanup"]
+    rows += [
+        ("cleanup: scancel -> bridge done (finalizers off)", f"{cl['bridge_done_seconds']} s "
+                                                              f"({cl['bridge_per_s']} jobs/s)"),
+        ("cleanup: scancel -> every JobSet gone (GC)", f"{cl['all_gone_seconds']} s"),
+        ("cleanup: Kubernetes / slurmrestd calls per job", f"{cl['window']['kube_calls_per_job']} / "
+                                                           f"{cl['window']['rest_calls_per_job']}"),
+        ("end: bridge RSS / peak RSS MiB", f"{cl['window']['rss_mib']} / {cl['window']['peak_rss_mib']}"),
+    ]  # fmt: skip
+    print_table("Slurm bridge throughput (held jobs -> JobSets)", rows)
+
+
+# --- 2: release latency --------------------------------------------------------------------------
+
+
+def slurm_nodes_and_jobs(cluster: SlurmCluster) -> tuple[dict[str, str], dict[int, tuple[str, str]]]:
+    """({node: State}, {job id: (JobState, StartTime)}) from scontrol."""
+    nodes: dict[str, str] = {}
+    for line in cluster.scontrol("show", "nodes", "--oneliner", check=False).splitlines():
+        fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
+        if "NodeName" in fields:
+            nodes[fields["NodeName"]] = fields.get("State", "")
+    jobs: dict[int, tuple[str, str]] = {}
+    for line in cluster.scontrol("show", "jobs", "--oneliner", check=False).splitlines():
+        fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
+        if fields.get("JobId", "").isdigit():
+            jobs[int(fields["JobId"])] = (fields.get("JobState", ""), fields.get("StartTime", ""))
+    return nodes, jobs
+
+
+def test_admission_to_running_latency(
+    kube_stack: KubeStack, bench_slurm: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    count = RELEASE_JOBS
+    settings = E2ESettings(
+        pool="bench-b", runner_nodes=2, runner_cpu=str(count + 8), runner_memory="64Gi", kwok_nodes=0,
+        quota_cpu=str(count + 4), quota_memory="64Gi", namespace="bench-b",
+        slurm_priority="bench-slurm", urgent_priority="bench-urgent",
+    )  # fmt: skip
+    workdir = tmp_path_factory.mktemp(f"bench-b-{bench_slurm.version}")
+    result: dict[str, Any] = {
+        "slurm": bench_slurm.package_version,
+        "rest": bench_slurm.rest_version,
+        "bridge_args": BRIDGE_ARGS,
+    }
+    with bench_stack(kube_stack, bench_slurm, workdir, settings, max_bridged_jobs=count + 100) as stack:
+        bridge = counting_bridge(stack)
+        bridge.start()
+        wait_bridge(bridge)
+        cluster = stack.cluster_name
+        ids, submit_seconds = submit_many(bench_slurm, count, prefix="rel", script="#!/bin/sh\nsleep 5\n")
+        want = set(ids)
+        names = {jobset_name(cluster, j): j for j in ids}
+        uid_to_job: dict[str, int] = {}
+        admitted: dict[int, float] = {}
+        admitted_ltt: dict[int, float] = {}
+        idle: dict[int, float] = {}
+        running: dict[int, float] = {}
+        start_time: dict[int, float] = {}
+        missed_idle: set[int] = set()
+        loops, began = 0, time.monotonic()
+        deadline = began + max(300.0, 6.0 * count)
+        while not want <= running.keys():
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"{len(running)} of {count} jobs seen RUNNING ({len(admitted)} admitted, "
+                    f"{len(idle)} nodes idle)\n{bridge.log_tail()}"
+                )
+            loops += 1
+            if len(uid_to_job) < count:
+                for js in stack.jobsets():
+                    label = js["metadata"].get("labels", {}).get(LABEL_JOB_ID, "")
+                    if label.isdigit() and int(label) in want:
+                        uid_to_job[js["metadata"]["uid"]] = int(label)
+            workloads = stack.workloads()
+            nodes, jobs = slurm_nodes_and_jobs(bench_slurm)
+            now = time.time()
+            for wl in workloads:
+                job_id = uid_to_job.get(wl["metadata"].get("labels", {}).get(JOB_UID_LABEL, ""))
+                if job_id is None or job_id in admitted:
+                    continue
+                if describe_workload(wl).state in (WorkloadState.ADMITTED, WorkloadState.FINISHED):
+                    admitted[job_id] = now
+                    admitted_ltt[job_id] = _condition_time(wl, "Admitted") or math.nan
+            for job_id in want - idle.keys() - missed_idle:
+                state = nodes.get(f"b{job_id}-0", "")
+                if state.startswith("IDLE"):
+                    idle[job_id] = now
+                elif state.startswith(("ALLOC", "MIX")):
+                    missed_idle.add(job_id)  # registered and started between two looks
+            for job_id in want - running.keys():
+                job_state, started = jobs.get(job_id, ("", ""))
+                if job_state in ("RUNNING", "COMPLETING", "COMPLETED"):
+                    running[job_id] = now
+                    with contextlib.suppress(ValueError):
+                        start_time[job_id] = dt.datetime.fromisoformat(started).timestamp()
+            time.sleep(0.1)
+        loop_seconds = (time.monotonic() - began) / loops
+
+        # The bridge's release calls: its Released Events (eventTime has microseconds).
+        released: dict[int, float] = {}
+        events = stack.list_items(f"/apis/events.k8s.io/v1/namespaces/{settings.namespace}/events")
+        for event in events:
+            job_id = names.get(str(event.get("regarding", {}).get("name", "")))
+            when = _parse_time(str(event.get("eventTime") or ""))
+            if event.get("reason") == "Released" and job_id is not None and when is not None:
+                released[job_id] = min(when, released.get(job_id, when))
+
+        def seg(a: dict[int, float], b: dict[int, float]) -> list[float]:
+            return [b[j] - a[j] for j in ids if j in a and j in b and not math.isnan(a[j] - b[j])]
+
+        result.update(
+            jobs=count,
+            submit_seconds=round(submit_seconds, 2),
+            observation_loop_seconds=round(loop_seconds, 3),
+            node_idle_missed=len(missed_idle),
+            admitted_to_running=summary(seg(admitted, running)),
+            admitted_to_node_idle=summary(seg(admitted, idle)),
+            node_idle_to_released=summary(seg(idle, released)),
+            released_to_running=summary(seg(released, running)),
+            node_idle_to_running=summary(seg(idle, running)),
+            server_times_admitted_to_start=summary(seg(admitted_ltt, start_time)),
+        )
+
+        # Every job completes and is cleaned up (nothing timed here beyond the total).
+        start = time.monotonic()
+        wait(lambda: not any_jobset(stack), timeout=max(300.0, 4.0 * count),
+             what="every JobSet to be cleaned up after the jobs", interval=1.0)  # fmt: skip
+        result["cleanup_after_running_seconds"] = round(time.monotonic() - start, 2)
+        _, jobs = slurm_nodes_and_jobs(bench_slurm)
+        result["completed"] = sum(jobs.get(j, ("",))[0] == "COMPLETED" for j in ids)
+        probe = Probe.take(stack, bridge)
+        result["bridge_histogram_admitted_to_running"] = histogram_summary(
+            probe.samples, "k8s_bridge_slurm_admitted_to_running_seconds"
+        )
+        result["bridge"] = {"cpu_seconds": round(probe.cpu, 2), "peak_rss_mib": round(probe.hwm, 1)}
+        assert bridge.alive(), bridge.log_tail()
+
+    report_latency(result)
+    write_result(f"latency-{bench_slurm.version}", result)
+
+
+def histogram_summary(samples: Sequence[Sample], name: str) -> dict[str, Any]:
+    """count, mean and bucket-bounded p50/p99 (the upper bound of the bucket holding the quantile)."""
+    count = total(samples, f"{name}_count")
+    if not count:
+        return {"n": 0}
+    buckets = sorted(
+        (float(lab["le"]), v) for n, lab, v in samples if n == f"{name}_bucket" and lab.get("le") != "+Inf"
+    )
+
+    def bound(q: float) -> float | None:
+        return next((le for le, c in buckets if c >= q * count), None)
+
+    return {
+        "n": int(count),
+        "mean": round(total(samples, f"{name}_sum") / count, 3),
+        "p50_le": bound(0.5),
+        "p99_le": bound(0.99),
+    }
+
+
+def report_latency(r: dict[str, Any]) -> None:
+    def fmt(s: dict[str, Any]) -> str:
+        return f"p50 {s['p50']} s  p99 {s['p99']} s  max {s['max']} s  (n={s['n']})"
+
+    h = r["bridge_histogram_admitted_to_running"]
+    rows: list[tuple[str, Any]] = [
+        ("Slurm / REST / extra bridge flags", f"{r['slurm']} / {r['rest']} / {r['bridge_args']}"),
+        ("jobs (1 node, 1 CPU, quota for all)", r["jobs"]),
+        ("Admitted -> RUNNING", fmt(r["admitted_to_running"])),
+        ("  Admitted -> node registered IDLE", fmt(r["admitted_to_node_idle"])),
+        ("  node IDLE -> bridge released (bridge)", fmt(r["node_idle_to_released"])),
+        ("  released -> RUNNING seen (Slurm)", fmt(r["released_to_running"])),
+        ("node IDLE -> RUNNING (release latency)", fmt(r["node_idle_to_running"])),
+        ("server times: Admitted -> StartTime (1 s res.)", fmt(r["server_times_admitted_to_start"])),
+        ("bridge histogram Admitted -> RUNNING", f"mean {h.get('mean')} s  p50 <= {h.get('p50_le')} s  "
+                                                 f"p99 <= {h.get('p99_le')} s  (n={h['n']})"),
+        ("observation loop period", f"{r['observation_loop_seconds']} s; node IDLE missed for "
+                                    f"{r['node_idle_missed']} jobs"),
+        ("completed / cleanup after", f"{r['completed']} / {r['cleanup_after_running_seconds']} s"),
+        ("bridge CPU s / peak RSS MiB", f"{r['bridge']['cpu_seconds']} / {r['bridge']['peak_rss_mib']}"),
+    ]  # fmt: skip
+    print_table("Slurm bridge release latency (Kueue admission -> job RUNNING)", rows)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-s", "-p", "no:cacheprovider"]))
