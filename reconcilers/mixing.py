@@ -11,8 +11,16 @@ when it is valid and everything it names exists, so a bad edit never reaches a r
 It is level-based and cheap: each reconcile reads the WorkloadMixing and the Kueue objects it names
 from informer caches; only the JWT Secret is read with a GET (a cluster-wide Secret watch would cache
 every Secret's content; the GET tells exists-and-readable, and only the key names are kept, never
-the value). A LocalQueue, WorkloadPriorityClass or Topology that appears, changes or disappears
-requeues the WorkloadMixings that name it, found through an index over the WorkloadMixing cache.
+the value). A LocalQueue, WorkloadPriorityClass or Topology that appears or disappears (or a Topology whose
+levels change) requeues the WorkloadMixings that name it, found through an index over the
+WorkloadMixing cache.
+
+Only changes that can alter the outcome queue a reconcile (:class:`FilteredSource`): a WorkloadMixing
+update whose ``generation`` (and uid, deletion) is unchanged is a status or metadata write - mostly
+this controller's own - and a LocalQueue or WorkloadPriorityClass update is only Kueue rewriting its
+status (pending counts, usage); only their existence is checked. Without that filter every such write
+cost a reconcile and a Secret GET: Kueue rewrites a LocalQueue's status for each Workload that comes
+or goes, so a bridge with many queued jobs read the Secret several times a second while idle.
 A periodic recheck (``recheck_after``) notices Secrets and refreshes counts from providers that do
 not announce changes. Status is written only when it differs from what is stored, so the recheck
 does not write, and Events are recorded only when a condition actually changes.
@@ -59,8 +67,8 @@ from bridge.runtime.client import Client
 from bridge.runtime.controller import Controller, Mapper, Request, Result
 from bridge.runtime.errors import Conflict, Forbidden, NotFound, Unauthorized
 from bridge.runtime.events import EventRecorder, EventType
-from bridge.runtime.handlers import Object
-from bridge.runtime.informer import SharedInformerFactory
+from bridge.runtime.handlers import EventHandler, Object, Source
+from bridge.runtime.informer import Dispatcher, SharedInformerFactory
 from bridge.runtime.metrics import REGISTRY
 
 __all__ = [
@@ -72,15 +80,19 @@ __all__ = [
     "ClientSecretKeys",
     "Decision",
     "EventSink",
+    "FilteredSource",
     "MixingReconciler",
     "PlannedEvent",
     "SecretKeys",
     "StatusWriter",
     "decide",
+    "keys_changed",
     "reference_index_keys",
     "referencing_mapper",
     "setup_mixing_controller",
+    "spec_changed",
     "topology_levels",
+    "watch_sources",
 ]
 
 log = structlog.get_logger(__name__)
@@ -156,6 +168,72 @@ def _priority_class_keys(obj: Object) -> list[str]:
 
 def _topology_keys(obj: Object) -> list[str]:
     return [_index_key("TopologyLevel", label) for label in topology_levels(obj)]
+
+
+# --- which updates matter ------------------------------------------------------------------------
+
+UpdateFilter = Callable[[Object, Object], bool]
+"""``relevant(old, new)``: whether an update can change what a reconcile decides."""
+
+
+def spec_changed(old: Object, new: Object) -> bool:
+    """A WorkloadMixing update that can change the decision: new generation, another uid, a deletion.
+
+    Status and metadata writes (the controller's own status PUTs above all) keep the generation; the
+    status is re-derived from the cache on the next reconcile anyway, and the periodic recheck
+    restores a status someone else overwrote.
+    """
+    old_meta, new_meta = old.get("metadata") or {}, new.get("metadata") or {}
+    return any(
+        old_meta.get(field) != new_meta.get(field) for field in ("generation", "uid", "deletionTimestamp")
+    )
+
+
+def keys_changed(keys: Callable[[Object], Sequence[str]]) -> UpdateFilter:
+    """An update of a referenced Kueue object matters only when the keys it is indexed under change.
+
+    A LocalQueue's or WorkloadPriorityClass's keys are its name: the reconciler checks only that it
+    exists, so no update of one matters (Kueue updates LocalQueue status for every Workload that comes
+    or goes). A Topology's keys are its levels.
+    """
+
+    def relevant(old: Object, new: Object) -> bool:
+        return sorted(keys(old)) != sorted(keys(new))
+
+    return relevant
+
+
+class _FilteredHandler:
+    def __init__(self, handler: EventHandler, relevant: UpdateFilter) -> None:
+        self._handler = handler
+        self._relevant = relevant
+
+    def on_add(self, obj: Object, *, is_initial_list: bool) -> None:
+        self._handler.on_add(obj, is_initial_list=is_initial_list)
+
+    def on_update(self, old: Object, new: Object) -> None:
+        if self._relevant(old, new):
+            self._handler.on_update(old, new)
+
+    def on_delete(self, obj: Object) -> None:
+        self._handler.on_delete(obj)
+
+
+class FilteredSource:
+    """``source`` with its updates passed on only when ``relevant(old, new)``; adds and deletes always.
+
+    The predicate of controller-runtime (``GenerationChangedPredicate`` and the like), as a wrapper.
+    """
+
+    def __init__(self, source: Source, relevant: UpdateFilter) -> None:
+        self._source = source
+        self._relevant = relevant
+
+    def add_handler(self, handler: EventHandler) -> None:
+        self._source.add_handler(_FilteredHandler(handler, self._relevant))
+
+    def has_synced(self) -> bool:
+        return self._source.has_synced()
 
 
 # --- the pure part ---------------------------------------------------------------------------------
@@ -495,10 +573,35 @@ async def setup_mixing_controller(
         recheck_after=recheck_after,
     )
     controller = Controller(name=CONTROLLER_NAME, reconciler=reconciler, registry=registry)
-    controller.watch(mixings)
-    controller.watch(local_queues, map_to=referencing_mapper(mixings.store, _local_queue_keys))
-    controller.watch(priority_classes, map_to=referencing_mapper(mixings.store, _priority_class_keys))
-    controller.watch(topologies, map_to=referencing_mapper(mixings.store, _topology_keys))
+    watch_sources(
+        controller,
+        mixings=mixings,
+        local_queues=local_queues,
+        priority_classes=priority_classes,
+        topologies=topologies,
+        counts=counts,
+    )
+    return controller
+
+
+def watch_sources(
+    controller: Controller,
+    *,
+    mixings: Dispatcher,
+    local_queues: Source,
+    priority_classes: Source,
+    topologies: Source,
+    counts: CountsProvider | None = None,
+) -> None:
+    """Have ``controller`` watch the sources, each filtered to the updates that can change a decision."""
+    controller.watch(FilteredSource(mixings, spec_changed))
+    for source, keys in (
+        (local_queues, _local_queue_keys),
+        (priority_classes, _priority_class_keys),
+        (topologies, _topology_keys),
+    ):
+        controller.watch(
+            FilteredSource(source, keys_changed(keys)), map_to=referencing_mapper(mixings.store, keys)
+        )
     if isinstance(counts, CountsBoard):
         controller.watch(counts)
-    return controller

@@ -15,10 +15,11 @@ from bridge.api.mixing import SourceCounts, WorkloadMixingStatus
 from bridge.api.status import Problem, Reason
 from bridge.mixing_config import ConfigSnapshot, CountsBoard, LiveConfig, MixingConfigs
 from bridge.runtime.cache import Store
-from bridge.runtime.controller import Request, Result
+from bridge.runtime.controller import Controller, Request, Result
 from bridge.runtime.errors import Conflict, Forbidden, NotFound
 from bridge.runtime.events import EventType
 from bridge.runtime.handlers import Object
+from bridge.runtime.informer import Dispatcher
 from reconcilers.mixing import (
     LEVELS_INDEX,
     REFERENCES_INDEX,
@@ -27,6 +28,7 @@ from reconcilers.mixing import (
     reference_index_keys,
     referencing_mapper,
     topology_levels,
+    watch_sources,
 )
 from tests.fixtures.mixing import ray_spec, resource, slurm_spec, target
 
@@ -185,8 +187,10 @@ class FakeSecrets:
     def __init__(self) -> None:
         self.secrets: dict[tuple[str, str], frozenset[str]] = {("slurm", "jwt"): frozenset({"token"})}
         self.forbidden: set[tuple[str, str]] = set()
+        self.reads = 0
 
     async def __call__(self, namespace: str, name: str) -> frozenset[str] | None:
+        self.reads += 1
         if (namespace, name) in self.forbidden:
             raise Forbidden(403, "Forbidden", "secrets is forbidden")
         return self.secrets.get((namespace, name))
@@ -386,6 +390,86 @@ class TestReconciler:
 
 
 # --- index and mappers -----------------------------------------------------------------------------
+
+
+class TestWhatQueuesAReconcile:
+    """Only updates that can change the decision queue a reconcile (and so a Secret GET): not the
+    controller's own status writes, not Kueue's LocalQueue status updates, not unchanged counts."""
+
+    @staticmethod
+    async def _settle(controller: Controller) -> None:
+        for _ in range(200):
+            await asyncio.sleep(0.005)
+            if len(controller.queue) == 0 and controller.has_synced():
+                await asyncio.sleep(0.02)  # let an in-flight reconcile finish
+                if len(controller.queue) == 0:
+                    return
+        raise AssertionError("the controller did not settle")
+
+    async def test_status_only_updates_do_not_reconcile(self, world: World) -> None:
+        mixings = Dispatcher(world.mixings, name="mixings")
+        local_queues = Dispatcher(world.local_queues, name="localqueues")
+        priority_classes = Dispatcher(world.priority_classes, name="priorityclasses")
+        topologies = Dispatcher(world.topologies, name="topologies")
+        # The writer puts the written object into the store directly; deliver it as the watch would.
+        world.writer.mixings = Store()
+        original_update = world.writer.update_status
+
+        async def update_status(obj: Object, *, field_manager: str | None = None) -> Object:
+            written = await original_update(obj, field_manager=field_manager)
+            mixings.upsert({**written, "metadata": {**written["metadata"], "resourceVersion": "w"}})
+            return written
+
+        world.writer.update_status = update_status  # type: ignore[method-assign]
+        controller = Controller(name="mixing-test", reconciler=world.reconciler)
+        watch_sources(
+            controller,
+            mixings=mixings,
+            local_queues=local_queues,
+            priority_classes=priority_classes,
+            topologies=topologies,
+            counts=world.board,
+        )
+        world.board.set("site", "slurm", SourceCounts())
+        local_queues.replace([_local_queue("k8s-bridge", "hpc")])
+        priority_classes.replace([])
+        topologies.replace([])
+        mixings.replace([_mixing({"slurm": slurm_spec()})])
+        async with asyncio.TaskGroup() as tg:
+            task = tg.create_task(controller.run())
+            await self._settle(controller)
+            # The first reconcile wrote status; that write came back as an update and was ignored.
+            assert len(world.writer.writes) == 1
+            assert world.secrets.reads == 1
+
+            # Kueue rewriting the LocalQueue's status (pending counts) over and over.
+            for n in range(5):
+                local_queues.upsert({**_local_queue("k8s-bridge", "hpc"), "status": {"pendingWorkloads": n}})
+            # Someone else's status or metadata write on the WorkloadMixing; an informer resync.
+            stored = world.mixings.get("site")
+            assert stored is not None
+            mixings.upsert({**stored, "metadata": {**stored["metadata"], "annotations": {"a": "b"}}})
+            mixings.resync()
+            # A bridge reporting the counts it already reported.
+            world.board.set("site", "slurm", SourceCounts())
+            world.board.set("site", "slurm", SourceCounts())
+            await self._settle(controller)
+            assert world.secrets.reads == 1
+
+            # What does matter: new counts, a new generation, a LocalQueue that goes away.
+            world.board.set("site", "slurm", SourceCounts(held=3))
+            await self._settle(controller)
+            assert world.secrets.reads == 2
+            assert world.status().sources.slurm == SourceCounts(held=3)
+            mixings.upsert(_mixing({"slurm": slurm_spec(partitions=["bridge", "gpu"])}, generation=2))
+            await self._settle(controller)
+            assert world.secrets.reads == 3
+            local_queues.delete(_local_queue("k8s-bridge", "hpc"))
+            await self._settle(controller)
+            assert world.secrets.reads == 4
+            assert world.ready()[:2] == ("False", "LocalQueueNotFound")
+            controller.stop()
+            await task
 
 
 class TestReferenceIndex:
