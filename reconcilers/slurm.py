@@ -15,7 +15,8 @@ Why every action is safe to repeat: names are deterministic (the JobSet of a job
 JobSet), creates ignore AlreadyExists, deletes ignore NotFound/InvalidNodeName, finalizers are
 patched with the resourceVersion read, and every Slurm write is confirmed first: the cached job
 may lag a poll behind, so before holding, releasing or requeueing, the reconciler reads the job
-afresh and decides again on that. A job is pinned and released only while it is still held.
+afresh and decides again on that. A job is pinned and released only while it is still held. A job
+missing from the cache is read afresh too before its JobSet and nodes are cleaned up.
 """
 
 from __future__ import annotations
@@ -742,8 +743,11 @@ class SlurmReconciler:
         observed, raw_js = self.observe(job_id, self._jobs.job(job_id))
         decision = decide(observed)
         try:
-            if any(a.slurm_write for a in decision.actions):
+            if any(a.slurm_write for a in decision.actions) or (observed.job is None and decision.actions):
                 # The cached job may be a poll behind our own last write: confirm on a fresh read.
+                # A job missing from the cache is confirmed too before its JobSet and nodes go: the
+                # cache may not hold it yet (right after a restart, the job list can be taken before
+                # the configuration arrives), and "vanished" would clean up a live job.
                 observed, raw_js = self.observe(job_id, await self._fresh_job(job_id))
                 decision = decide(observed)
             self._track(key, decision)

@@ -43,6 +43,7 @@ from bridge.sandbox.controllers import create_kwok_nodes, delete_nodes, wait_nod
 from bridge.sandbox.kube import ApiError, RestClient
 from bridge.sandbox.netns import existing_namespaces
 from bridge.sandbox.processes import ManagedProcess, ProcessGroup, StackError, free_port, log_tail
+from bridge.sandbox.runner import pod_namespaces
 from bridge.sandbox.slurm import BRIDGE_PARTITION, SlurmCluster
 from bridge.sandbox.stack import KubeStack
 
@@ -638,10 +639,14 @@ class E2EStack:
     def slurm_nodes(self) -> list[str]:
         return bridge_node_names(self.slurm)
 
+    def own_namespaces(self) -> set[str]:
+        """Network namespaces made by this stack: its runner's pods and its Slurm cluster's nodes."""
+        return pod_namespaces(self.workdir / "runner") | set(self.slurm.namespaces_created)
+
     def leaks(self, *, namespaces_before: set[str]) -> list[str]:
         """What a finished test left behind: JobSets, Jobs, pods, Workloads of the e2e namespace, bridge
-        Slurm nodes, network namespaces created since ``namespaces_before``, processes of the cluster's
-        nodes and jobs. Empty when clean."""
+        Slurm nodes, this stack's network namespaces not in ``namespaces_before``, processes of the
+        cluster's nodes and jobs. Empty when clean."""
         found: list[str] = []
         ns = self.settings.namespace
         for what, items in (
@@ -652,9 +657,9 @@ class E2EStack:
         ):
             found += [f"{what} {ns}/{item['metadata']['name']}" for item in items]
         found += [f"Slurm node {name}" for name in self.slurm_nodes()]
-        found += [
-            f"network namespace {name}" for name in sorted(set(existing_namespaces()) - namespaces_before)
-        ]
+        # Only this stack's namespaces: other stacks on the host (a sandbox, another tier) make their own.
+        leaked = (self.own_namespaces() & set(existing_namespaces())) - namespaces_before
+        found += [f"network namespace {name}" for name in sorted(leaked)]
         found += [f"process {line}" for line in processes_of_cluster(self.slurm)]
         return found
 

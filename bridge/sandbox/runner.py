@@ -31,6 +31,8 @@ finalized. Each container process asks the kernel to SIGKILL it when the runner 
 runner leaves no container processes behind (children a command forked and left may survive, and so
 do the crashed runner's network namespaces: they are named at random, not after the pod);
 :meth:`ProcessRunner.stop` stops every process it started and deletes every namespace it created.
+Each pod's namespace name is written to ``<workdir>/pods/<uid>/netns`` (:func:`pod_namespaces`), so
+a leak check can tell this runner's namespaces from those of other stacks on the same host.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from bridge.sandbox.netns import NetworkNamespace, create_namespace
 from bridge.sandbox.processes import ManagedProcess, ProcessGroup, StackError
 
 __all__ = [
+    "NETNS_FILE",
     "RUNNER_LABEL",
     "ContainerRun",
     "NodeResources",
@@ -78,6 +81,7 @@ __all__ = [
     "node_status",
     "pod_argv",
     "pod_hostname",
+    "pod_namespaces",
     "pod_phase",
     "pod_status",
     "should_restart",
@@ -88,6 +92,9 @@ log = logging.getLogger(__name__)
 
 RUNNER_LABEL = "k8s-bridge.io/runner"
 """Label (value ``"true"``) on every node a process runner registers."""
+
+NETNS_FILE = "netns"
+"""In a pod's directory (``<workdir>/pods/<uid>/``): the name of the network namespace made for it."""
 
 FIELD_MANAGER = "k8s-bridge-process-runner"
 KUBELET_VERSION = "v0.0.0-k8s-bridge-process-runner"
@@ -147,6 +154,15 @@ def expand(text: str, env: Mapping[str, str]) -> str:
         out.append(char)
         i += 1
     return "".join(out)
+
+
+def pod_namespaces(workdir: Path) -> set[str]:
+    """The network namespaces a runner with this ``--workdir`` made for its pods (deleted or not)."""
+    names = set()
+    for path in (workdir / "pods").glob(f"*/{NETNS_FILE}"):
+        with contextlib.suppress(OSError):
+            names.add(path.read_text().strip())
+    return names - {""}
 
 
 _SUBSCRIPT = re.compile(r"^metadata\.(labels|annotations)\['(.+)'\]$")
@@ -856,9 +872,10 @@ class _PodWorker:
         except StackError as error:
             await self._fail_unstarted("NetworkNamespaceError", str(error))
             return
+        pod_dir = runner.pod_dir(self.uid)
+        (pod_dir / NETNS_FILE).write_text(self.namespace.name + "\n")
         self._start_time, self._pod_ip = now_rfc3339(), self.namespace.address
         hostname, _ = pod_hostname(self.pod)
-        pod_dir = runner.pod_dir(self.uid)
         (pod_dir / "hosts").write_text(hosts_file(self.pod, pod_ip=self.namespace.address))
         log.info("process runner: pod %s at %s (%s)", self._key, self.namespace.address, self.namespace.name)
         while True:

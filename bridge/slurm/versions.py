@@ -45,7 +45,9 @@ NO_VAL16 = 0xFFFE
 NO_VAL = 0xFFFFFFFE
 _HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
 
-# v0.0.38 prints a single state string in which a modifier hides the base state.
+# v0.0.38 prints a single state string in which a modifier hides the base state. COMPLETING is an
+# ending job, whose outcome (COMPLETED, CANCELLED, FAILED...) shows only once COMPLETING is over, or
+# a requeue under way (V0038Adapter._requeue_under_way reads it as PENDING).
 _FLAG_BASE: dict[str, JobState] = {
     "COMPLETING": JobState.COMPLETED,
     "STAGE_OUT": JobState.COMPLETED,
@@ -446,7 +448,7 @@ class RestAdapter:
         if hold is not None:
             body["hold"] = hold
         if begin_time is not None:
-            body["begin_time"] = self._number_body(begin_time)
+            body["begin_time"] = self._time_body(begin_time)
         if comment is not None:
             body["comment"] = comment
         return body
@@ -455,7 +457,7 @@ class RestAdapter:
         """The request field that pins a job to ``nodes``, and its value."""
         raise NotImplementedError
 
-    def _number_body(self, number: int) -> Any:
+    def _time_body(self, number: int) -> Any:
         return number
 
     def node_update_body(self, *, state: str, reason: str | None) -> dict[str, Any]:
@@ -492,7 +494,28 @@ class V0038Adapter(RestAdapter):
 
     def _state(self, r: _Reader) -> tuple[JobState, frozenset[str]]:
         text = r.text("job_state")
-        return _job_state([text] if text else [])
+        state, flags = _job_state([text] if text else [])
+        if text.upper() == "COMPLETING" and self._requeue_under_way(r):
+            # The same string as an ending job: here the job is going back to the queue (base PENDING).
+            return JobState.PENDING, flags
+        return state, flags
+
+    @staticmethod
+    def _requeue_under_way(r: _Reader) -> bool:
+        """A COMPLETING job that is being requeued, not ending (v0.0.38 prints one state string only).
+
+        Verified on 22.05.8: ``scontrol requeuehold`` shows COMPLETING with reason JobHeldUser,
+        priority 0 and description "job requeued in held state" for about 0.1 s, then PENDING; a
+        job ending (scancel, end of script) shows COMPLETING with reason None and its priority,
+        then CANCELLED/COMPLETED. Reading a requeue as an end would make the bridge clean the job
+        up (delete its JobSet, losing Kueue's place); reading an end with a hold as a requeue only
+        makes it wait until COMPLETING is over. So any sign of a requeue or hold counts.
+        """
+        return (
+            r.text("state_reason") in _HELD_REASONS
+            or r.number("priority") == 0
+            or "requeue" in r.text("state_description").lower()
+        )
 
     def _hold(self, r: _Reader, state: JobState) -> bool:
         # v0.0.38 has no hold field: Slurm itself calls a pending job with priority 0 held.
@@ -510,6 +533,12 @@ class V0038Adapter(RestAdapter):
 
     def _pin(self, nodes: Sequence[str]) -> tuple[str, Any]:
         return "nodelist", ",".join(nodes)
+
+    def _time_body(self, number: int) -> Any:
+        # The OpenAPI document says integer, but 22.05.8 parses begin_time as a time string: a number
+        # (or digits) answers "Unable to parse time" (2054) and the whole update is refused, while
+        # "uts<epoch>" (Slurm's parse_time form for an epoch) is applied. Verified on the local stack.
+        return f"uts{number}"
 
     def node_update_body(self, *, state: str, reason: str | None) -> dict[str, Any]:
         raise NotImplementedError("v0.0.38 cannot update nodes over REST; use ScontrolCli")
@@ -579,7 +608,7 @@ class DataParserAdapter(RestAdapter):
     def _pin(self, nodes: Sequence[str]) -> tuple[str, Any]:
         return "required_nodes", list(nodes)
 
-    def _number_body(self, number: int) -> Any:
+    def _time_body(self, number: int) -> Any:
         return {"set": True, "infinite": False, "number": number}
 
     def node_update_body(self, *, state: str, reason: str | None) -> dict[str, Any]:

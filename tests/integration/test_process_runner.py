@@ -27,7 +27,7 @@ import pytest
 from kubernetes_asyncio import client as k8s_client
 
 from bridge.sandbox.netns import existing_namespaces
-from bridge.sandbox.runner import RUNNER_LABEL, NodeResources, ProcessRunner
+from bridge.sandbox.runner import RUNNER_LABEL, NodeResources, ProcessRunner, pod_namespaces
 from bridge.sandbox.stack import KubeStack
 
 TAINT = {"key": "k8s-bridge.io/runner-test", "value": "true", "effect": "NoSchedule"}
@@ -456,6 +456,7 @@ async def test_deleting_a_pod_stops_its_process_and_removes_its_namespace(
     pid = pid_of(pod)
     namespace = netns_of(pid)
     assert namespace in existing_namespaces()
+    assert pod_namespaces(runner.workdir) == {namespace}  # recorded, for leak checks of this runner only
 
     began = time.monotonic()
     await pods.core.delete_namespaced_pod("sleeper", pods.namespace)

@@ -7,6 +7,8 @@ from running on the wrong nodes or being lost.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +19,7 @@ from bridge.admission import JobSetState, JobSetView, WorkloadState, WorkloadVie
 from bridge.api.mixing import WorkloadMixingSpec
 from bridge.api.slurm_job import JobState, SlurmJob
 from bridge.api.slurm_node import NodeState, SlurmNode
+from bridge.slurm.versions import adapter_for
 from reconcilers.slurm import (
     COMMENT_PREFIX,
     AddFinalizer,
@@ -41,6 +44,7 @@ from reconcilers.slurm import (
 from tests.fixtures.mixing import slurm_spec
 from translators.slurm import FINALIZER, Translation, Untranslatable, translate
 
+SLURM_DATA = Path(__file__).parents[1] / "slurm" / "data"
 SPEC = WorkloadMixingSpec.model_validate({"slurm": slurm_spec()})
 NAMES = ("b42-0", "b42-1")
 FEATURE = "bridge-job-42"
@@ -317,6 +321,41 @@ def test_requeue_in_progress_is_waited_for() -> None:
                        wl=workload(WorkloadState.PREEMPTED)))  # fmt: skip
     assert d.actions == ()
     assert d.requeue_after
+
+
+def v0038_job(name: str) -> SlurmJob:
+    """A real 22.05 REST response (tests/unit/slurm/data), parsed as the bridge parses it, as job 42."""
+    body = json.loads((SLURM_DATA / name).read_text(encoding="utf-8"))
+    (parsed,) = adapter_for("v0.0.38").parse_jobs(body).jobs
+    return parsed.model_copy(
+        update={"job_id": 42, "nodes": NAMES, "required_nodes": NAMES, "features": FEATURE}
+    )
+
+
+@pytest.mark.parametrize(
+    "wl", [workload(WorkloadState.PREEMPTED, "Preempted"), workload(WorkloadState.ADMITTED)]
+)
+def test_requeue_hold_under_way_on_slurm_2205_keeps_the_jobset(wl: WorkloadView) -> None:
+    """22.05 shows a requeue-hold in progress as plain COMPLETING: waited for, never cleaned up (the
+    JobSet keeps its place in Kueue's queue and is resumed when re-admitted)."""
+    requeuing = v0038_job("rest-v0.0.38-requeuehold-completing.json")
+    d = decide(observe(requeuing, js=jobset(state=JobSetState.ACTIVE), wl=wl, nodes=IDLE,
+                       pods=PodsView(active=2, running=2)))  # fmt: skip
+    assert d.actions == ()
+    assert d.requeue_after
+    assert d.phase is Phase.EVICTED
+    held = v0038_job("rest-v0.0.38-requeuehold-pending.json")
+    d = decide(observe(held, js=jobset(), wl=workload(WorkloadState.PREEMPTED), nodes=IDLE,
+                       pods=PodsView(active=2, running=2)))  # fmt: skip
+    assert d.actions == ()
+    assert d.phase is Phase.EVICTED
+
+
+def test_job_cancelled_while_running_on_slurm_2205_is_cleaned_up_while_completing() -> None:
+    ending = v0038_job("rest-v0.0.38-scancel-completing.json")
+    d = decide(observe(ending, js=jobset(state=JobSetState.ACTIVE), wl=workload(WorkloadState.ADMITTED),
+                       nodes=IDLE))  # fmt: skip
+    assert kinds(d) == ["drain_nodes", "delete_jobset", "delete_nodes", "remove_finalizer"]
 
 
 def test_held_again_after_preemption_stale_nodes_go_once_the_pods_are_gone() -> None:

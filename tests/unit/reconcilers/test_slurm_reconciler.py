@@ -287,7 +287,12 @@ async def test_vanished_job_is_cleaned_up_and_the_finalizer_removed_last() -> No
         w.nodes.put(node_object(idle(name)))
     w.slurm.gone_nodes.add("b42-1")  # deleted already, before a crash: ignored
     await w.reconcile()
-    assert w.slurm.calls == [("drain", "b42-0"), ("drain", "b42-1"), ("delete_node", "b42-0")]
+    assert w.slurm.calls == [
+        ("get_job", 42),  # "vanished" is confirmed on a fresh read first
+        ("drain", "b42-0"),
+        ("drain", "b42-1"),
+        ("delete_node", "b42-0"),
+    ]
     assert w.kube.calls[0] == ("delete", "JobSet", "slurm-hpc-42", "Foreground")
     kind, what, name, patch = w.kube.calls[1]
     assert (kind, what, name) == ("patch", "JobSet", "slurm-hpc-42")
@@ -300,6 +305,25 @@ async def test_vanished_job_is_cleaned_up_and_the_finalizer_removed_last() -> No
         w.nodes.pop(name)
     await w.reconcile()
     assert w.reconciler.phases == {}
+
+
+async def test_a_job_missing_from_the_cache_but_alive_in_slurm_is_not_cleaned_up() -> None:
+    """Right after a restart the job source may have listed before the configuration arrived: the
+    job is absent from the cache while it runs. A fresh read shows it, and nothing is deleted."""
+    alive = held(
+        state=JobState.RUNNING, hold=False, state_reason="None", nodes=("b42-0", "b42-1"),
+        required_nodes=("b42-0", "b42-1"), features="bridge-job-42",
+    )  # fmt: skip
+    w = World()
+    w.slurm.jobs = Jobs(alive)
+    w.add_jobset(jobset_object())
+    w.workloads.put(workload_object(admitted=True))
+    for name in ("b42-0", "b42-1"):
+        w.nodes.put(node_object(idle(name)))
+    await w.reconcile()
+    assert w.slurm.calls == [("get_job", 42)]
+    assert w.kube.calls == []
+    assert w.reconciler.phases == {"hpc/42": "running"}
 
 
 async def test_finalizer_removal_tolerates_a_jobset_already_gone() -> None:

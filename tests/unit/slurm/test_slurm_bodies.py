@@ -16,10 +16,12 @@ def test_v0038_pins_with_nodelist() -> None:
     assert body == {"nodelist": "b42-0,b42-1", "constraints": "bridge-job-42", "hold": False}
 
 
-def test_v0038_begin_time_is_a_plain_number() -> None:
-    assert adapter_for("v0.0.38").job_update_body(hold=False, begin_time=17) == {
+def test_v0038_begin_time_is_a_uts_time_string() -> None:
+    # 22.05.8 refuses a number ("Unable to parse time", the whole update fails) although the
+    # OpenAPI document says integer; "uts<epoch>" is applied (verified on the local stack).
+    assert adapter_for("v0.0.38").job_update_body(hold=False, begin_time=1796042590) == {
         "hold": False,
-        "begin_time": 17,
+        "begin_time": "uts1796042590",
     }
 
 

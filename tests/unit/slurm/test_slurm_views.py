@@ -198,12 +198,51 @@ def test_v0038_state_flag_hides_base_state(reference: Load) -> None:
     raw = reference("rest-v0.0.38-job17.json")["jobs"][0] | {
         "job_state": "COMPLETING",
         "state_reason": "None",
+        "priority": 4294901759,  # job17 is a held job (priority 0), which would read as a requeue
     }
     job = adapter_for("v0.0.38").parse_job(raw)
     assert job.state is JobState.COMPLETED
     assert job.is_completing
     assert job.is_finished
     assert not job.hold
+
+
+def test_v0038_requeuehold_under_way_is_pending_and_held_not_ended(reference: Load) -> None:
+    """22.05 prints only COMPLETING while ``scontrol requeuehold`` runs (real response): the job is
+    going back to the queue, so it must not read as finished (the bridge would clean it up)."""
+    job = one_job(reference, "rest-v0.0.38-requeuehold-completing.json")
+    assert job.state is JobState.PENDING
+    assert job.is_completing
+    assert not job.is_finished
+    assert job.hold
+    assert job.restart_count == 1
+    after = one_job(reference, "rest-v0.0.38-requeuehold-pending.json")
+    assert (after.state, after.is_completing, after.hold) == (JobState.PENDING, False, True)
+
+
+def test_v0038_cancelled_while_running_ends_after_completing(reference: Load) -> None:
+    """scancel of a running job on 22.05 (real responses): COMPLETING (outcome not shown yet, read as
+    an end), then CANCELLED."""
+    ending = one_job(reference, "rest-v0.0.38-scancel-completing.json")
+    assert ending.is_finished
+    assert ending.is_completing
+    assert not ending.hold
+    done = one_job(reference, "rest-v0.0.38-scancel-cancelled.json")
+    assert done.state is JobState.CANCELLED
+    assert not done.is_completing
+
+
+@pytest.mark.parametrize(
+    "signs",
+    [{"state_reason": "JobHeldAdmin"}, {"priority": 0}, {"state_description": "job requeued"}],
+)
+def test_v0038_completing_with_any_sign_of_a_requeue_is_pending(
+    reference: Load, signs: dict[str, Any]
+) -> None:
+    raw = reference("rest-v0.0.38-scancel-completing.json")["jobs"][0] | signs
+    job = adapter_for("v0.0.38").parse_job(raw)
+    assert job.state is JobState.PENDING
+    assert not job.is_finished
 
 
 def test_v0042_state_flags_and_drained_node(reference: Load) -> None:
