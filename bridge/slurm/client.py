@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from email.utils import parsedate_to_datetime
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import aiohttp
 from multidict import CIMultiDictProxy
@@ -64,6 +64,8 @@ from .versions import (
 __all__ = ["RequestObserver", "SlurmClient"]
 
 log = logging.getLogger(__name__)
+
+_Page = TypeVar("_Page", JobsPage, NodesPage)
 
 RequestObserver = Callable[[str, str, int | None, float], None]
 """Called after every request: (method, path template, HTTP status or None if no answer, seconds)."""
@@ -266,14 +268,34 @@ class SlurmClient:
     async def list_jobs(self, *, update_time: int | None = None) -> JobsPage:
         """All jobs; with ``update_time``, raises NotModified if nothing changed since then."""
         adapter = await self.adapter()
+        return await self._conditional_list(
+            "list_jobs",
+            update_time=update_time,
+            parse=adapter.parse_jobs,
+            has_last_update="last_update" in adapter.jobs_response_fields,
+            is_empty=lambda page: not page.jobs,
+        )
+
+    async def _conditional_list(
+        self,
+        operation: str,
+        *,
+        update_time: int | None,
+        parse: Callable[[Any], _Page],
+        has_last_update: bool,
+        is_empty: Callable[[_Page], bool],
+    ) -> _Page:
+        """A list with optional ``update_time``: NotModified on 304, or on the 200 with no items and no
+        ``last_update`` that v0.0.40+ answers when nothing changed; else the page, its ``update_time``
+        taken from the server's clock when the version reports none."""
         started = time.time()
         query = {"update_time": str(update_time)} if update_time is not None else None
         status, data, headers = await self._call(
-            "list_jobs", query=query, not_modified_ok=update_time is not None
+            operation, query=query, not_modified_ok=update_time is not None
         )
-        page = adapter.parse_jobs(data)
-        unchanged = update_time is not None and "last_update" in adapter.jobs_response_fields
-        if status == 304 or (unchanged and page.update_time is None and not page.jobs):
+        page = parse(data)
+        unchanged = update_time is not None and has_last_update
+        if status == 304 or (unchanged and page.update_time is None and is_empty(page)):
             raise NotModified(update_time or 0)
         if page.update_time is None:
             page = replace(page, update_time=self._server_time(headers, started))
@@ -367,18 +389,13 @@ class SlurmClient:
 
     async def list_nodes(self, *, update_time: int | None = None) -> NodesPage:
         adapter = await self.adapter()
-        started = time.time()
-        query = {"update_time": str(update_time)} if update_time is not None else None
-        status, data, headers = await self._call(
-            "list_nodes", query=query, not_modified_ok=update_time is not None
+        return await self._conditional_list(
+            "list_nodes",
+            update_time=update_time,
+            parse=adapter.parse_nodes,
+            has_last_update="last_update" in adapter.nodes_response_fields,
+            is_empty=lambda page: not page.nodes,
         )
-        page = adapter.parse_nodes(data)
-        unchanged = update_time is not None and "last_update" in adapter.nodes_response_fields
-        if status == 304 or (unchanged and page.update_time is None and not page.nodes):
-            raise NotModified(update_time or 0)
-        if page.update_time is None:
-            page = replace(page, update_time=self._server_time(headers, started))
-        return page
 
     async def get_node(self, name: str) -> SlurmNode:
         """The node; InvalidNodeName when it does not exist (also after a delete)."""
