@@ -7,23 +7,38 @@ has its own network namespace, and so does each of these: a veth pair, the host 
 end, and ``ip_forward`` on, so the namespace reaches daemons on the host's addresses and the host
 reaches it.
 
-Each namespace is named ``kb-<token>`` with a random token and is deleted by that name alone.
-Commands run inside with ``nsenter --net=/run/netns/<name>`` (not ``ip netns exec``, which remounts
-/sys and breaks slurmd's cgroup detection).
+Each namespace is named ``kb-<token>`` (its veth ends ``kbh<token>`` and ``kbn<token>``) and is
+deleted by that name alone. The token is random unless the caller gives one: the process runner
+derives it from the node and pod uid (:func:`namespace_token`), so that a restarted runner can tell
+its namespaces by name. Commands run inside with ``nsenter --net=/run/netns/<name>`` (not
+``ip netns exec``, which remounts /sys and breaks slurmd's cgroup detection).
+
+A namespace lives on while any process is in it, even once its name is deleted, and then nothing
+can find it any more: :func:`remove_namespace` therefore kills every process in the namespace
+(:func:`namespace_pids`, the same test as ``ip netns pids``) before deleting it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import ipaddress
+import os
 import secrets
+import signal
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from bridge.sandbox.processes import StackError
 
 NETNS_DIR = Path("/run/netns")
+PREFIX = "kb-"
+"""Every namespace made here is named ``kb-<token>``."""
 _SUBNET = ipaddress.IPv4Network("10.213.0.0/16")
+_TOKEN_LENGTH = 10
+"""Hex digits of a derived token: ``kbh`` + 10 is 13 characters, under the 15 of an interface name."""
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -65,8 +80,24 @@ def _enable_forwarding() -> None:
     Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")
 
 
-def create_namespace(*, attempts: int = 20) -> NetworkNamespace:
-    """Create a namespace on a free /30 of 10.213.0.0/16 and wire it to the host."""
+def namespace_token(*parts: str) -> str:
+    """A token derived from ``parts`` (e.g. a node name and a pod uid): the same parts, the same name."""
+    digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()
+    return digest[:_TOKEN_LENGTH]
+
+
+def namespace_name(token: str) -> str:
+    return f"{PREFIX}{token}"
+
+
+def create_namespace(*, token: str | None = None, attempts: int = 20) -> NetworkNamespace:
+    """Create a namespace on a free /30 of 10.213.0.0/16 and wire it to the host.
+
+    ``token`` names it (``kb-<token>``, at most 12 characters); random by default. A namespace of that
+    name must not exist yet (:func:`remove_namespace` it first).
+    """
+    if token is not None and not (0 < len(token) <= 12 and token.isalnum()):
+        raise ValueError(f"a namespace token is 1 to 12 letters or digits, not {token!r}")
     _enable_forwarding()
     used = _used_host_addresses()
     subnets = list(_SUBNET.subnets(new_prefix=30))
@@ -75,11 +106,11 @@ def create_namespace(*, attempts: int = 20) -> NetworkNamespace:
         gateway, address = (str(host) for host in subnet.hosts())
         if gateway in used:
             continue
-        token = secrets.token_hex(4)
-        name, host_end, ns_end = f"kb-{token}", f"kbh{token}", f"kbn{token}"
+        chosen = token or secrets.token_hex(4)
+        name, host_end, ns_end = namespace_name(chosen), f"kbh{chosen}", f"kbn{chosen}"
         namespace = NetworkNamespace(name=name, address=address, gateway=gateway, host_interface=host_end)
+        _ip("netns", "add", name)  # fails if the name is taken: then nothing here is ours to delete
         try:
-            _ip("netns", "add", name)
             _ip("link", "add", host_end, "type", "veth", "peer", "name", ns_end)
             _ip("link", "set", ns_end, "netns", name)
             _ip("addr", "add", f"{gateway}/30", "dev", host_end)
@@ -100,4 +131,52 @@ def create_namespace(*, attempts: int = 20) -> NetworkNamespace:
 def existing_namespaces() -> list[str]:
     """Names of this project's namespaces present now (``kb-*``), for leak checks in tests."""
     out = _ip("netns", "list", check=False).stdout
-    return [line.split()[0] for line in out.splitlines() if line.startswith("kb-")]
+    return [line.split()[0] for line in out.splitlines() if line.startswith(PREFIX)]
+
+
+def namespace_pids(name: str) -> list[int]:
+    """The processes in the named namespace now (what ``ip netns pids <name>`` lists); [] if none.
+
+    A process is in it when its ``/proc/<pid>/ns/net`` is the same nsfs inode as ``/run/netns/<name>``.
+    Zombies have no namespace left and are not listed.
+    """
+    try:
+        wanted = os.stat(NETNS_DIR / name)
+    except OSError:
+        return []
+    pids: list[int] = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            found = os.stat(f"/proc/{entry.name}/ns/net")
+            if (found.st_dev, found.st_ino) == (wanted.st_dev, wanted.st_ino):
+                pids.append(int(entry.name))
+    return pids
+
+
+def kill_processes(name: str, *, timeout: float = 5.0) -> list[int]:
+    """SIGKILL every process in the named namespace, again until none is left (a fork may race the
+    first pass) or ``timeout`` passes; the pids killed."""
+    killed: list[int] = []
+    deadline = time.monotonic() + timeout
+    while pids := namespace_pids(name):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        killed += [pid for pid in pids if pid not in killed]
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    return killed
+
+
+def remove_namespace(name: str) -> list[int]:
+    """Kill every process in the named namespace, then delete it and its veth pair, knowing only its
+    name (e.g. found after a crash). Nothing to do when it does not exist. Returns the pids killed."""
+    killed = kill_processes(name)
+    token = name.removeprefix(PREFIX)
+    if name.startswith(PREFIX):
+        _ip("link", "del", f"kbh{token}", check=False)
+    _ip("netns", "del", name, check=False)
+    return killed

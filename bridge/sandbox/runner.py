@@ -25,14 +25,22 @@ ignored; ``envFrom``, ``configMapKeyRef``/``secretKeyRef``/``resourceFieldRef`` 
 containers and containers without ``command`` are refused: such a pod is marked Failed with a message
 saying why, never half-run.
 
-Level-based: everything is derived from the pods on its nodes. A runner that starts and finds a pod
-Running that it did not start marks it Failed (its process is gone); a terminal pod being deleted is
-finalized. Each container process asks the kernel to SIGKILL it when the runner dies, so a crashed
-runner leaves no container processes behind (children a command forked and left may survive, and so
-do the crashed runner's network namespaces: they are named at random, not after the pod);
-:meth:`ProcessRunner.stop` stops every process it started and deletes every namespace it created.
-Each pod's namespace name is written to ``<workdir>/pods/<uid>/netns`` (:func:`pod_namespaces`), so
-a leak check can tell this runner's namespaces from those of other stacks on the same host.
+Level-based: everything is derived from the pods on its nodes, read through ``bridge.runtime``'s
+client and informers (one per node, field selector ``spec.nodeName``). A runner that starts and finds
+a pod Running that it did not start marks it Failed (``ProcessLost``: its processes are gone); a
+Pending pod is started afresh; a terminal pod being deleted is finalized.
+
+Nothing outlives the runner, even a crashed one. Each container process asks the kernel to SIGKILL it
+when the runner dies. Each pod's network namespace is named after the node and the pod's uid
+(``kb-<hash>``, :func:`bridge.sandbox.netns.namespace_token`), and that name is written to
+``<workdir>/pods/<uid>/netns`` *before* the namespace is made (:func:`pod_namespaces`; also how a
+leak check tells this runner's namespaces from other stacks' on the same host). A runner starting on
+a workdir takes its lock (``<workdir>/runner.lock``, one runner per workdir; the kernel frees it when
+the holder dies) and removes every recorded namespace still there, first killing every process in
+it (:func:`reclaim`): children a container forked and left, which the kernel's SIGKILL does not
+reach. Deleting a pod's namespace likewise kills whatever is left in it, so a finished or deleted
+pod leaves no process either; :meth:`ProcessRunner.stop` stops every process it started and deletes
+every namespace it created.
 """
 
 from __future__ import annotations
@@ -40,7 +48,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
+import fcntl
 import logging
 import os
 import platform
@@ -49,20 +57,42 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 import aiohttp
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
 
-from bridge.sandbox.netns import NetworkNamespace, create_namespace
+from bridge.runtime import (
+    AlreadyExists,
+    ApiError,
+    BackoffSettings,
+    Client,
+    Conflict,
+    Discovery,
+    Informer,
+    Invalid,
+    NotFound,
+    Object,
+    ReflectorSettings,
+    Resource,
+    Session,
+    configure_logging,
+)
+from bridge.sandbox.netns import (
+    NETNS_DIR,
+    NetworkNamespace,
+    create_namespace,
+    namespace_name,
+    namespace_token,
+    remove_namespace,
+)
 from bridge.sandbox.processes import ManagedProcess, ProcessGroup, StackError
 
 __all__ = [
+    "LOCK_FILE",
     "NETNS_FILE",
     "RUNNER_LABEL",
     "ContainerRun",
@@ -77,6 +107,7 @@ __all__ = [
     "expand",
     "hosts_file",
     "lease_manifest",
+    "lock_workdir",
     "node_manifest",
     "node_status",
     "pod_argv",
@@ -84,6 +115,7 @@ __all__ = [
     "pod_namespaces",
     "pod_phase",
     "pod_status",
+    "reclaim",
     "should_restart",
     "terminal_phase",
 ]
@@ -94,7 +126,11 @@ RUNNER_LABEL = "k8s-bridge.io/runner"
 """Label (value ``"true"``) on every node a process runner registers."""
 
 NETNS_FILE = "netns"
-"""In a pod's directory (``<workdir>/pods/<uid>/``): the name of the network namespace made for it."""
+"""In a pod's directory (``<workdir>/pods/<uid>/``): the name of the network namespace made for it
+(written before the namespace is made)."""
+
+LOCK_FILE = "runner.lock"
+"""In the workdir: locked (``flock``) by the runner using it, and holding that runner's pid."""
 
 FIELD_MANAGER = "k8s-bridge-process-runner"
 KUBELET_VERSION = "v0.0.0-k8s-bridge-process-runner"
@@ -157,12 +193,52 @@ def expand(text: str, env: Mapping[str, str]) -> str:
 
 
 def pod_namespaces(workdir: Path) -> set[str]:
-    """The network namespaces a runner with this ``--workdir`` made for its pods (deleted or not)."""
+    """The network namespaces a runner with this ``--workdir`` made (or began to make) for its pods,
+    deleted or not."""
     names = set()
     for path in (workdir / "pods").glob(f"*/{NETNS_FILE}"):
         with contextlib.suppress(OSError):
             names.add(path.read_text().strip())
     return names - {""}
+
+
+def lock_workdir(workdir: Path) -> int:
+    """Lock ``<workdir>/runner.lock`` for as long as the returned descriptor stays open.
+
+    One runner per workdir: :func:`reclaim` removes everything recorded there, which must never be a
+    live runner's. The kernel drops the lock when its holder dies, SIGKILL included.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(workdir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise StackError(f"another process runner (pid {holder}) is using {workdir}") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def reclaim(workdir: Path) -> dict[str, list[int]]:
+    """Remove the network namespaces an earlier runner of ``workdir`` left behind (it crashed or was
+    killed), each after killing every process still in it; returns each one removed with the pids killed.
+
+    Only namespaces recorded under ``<workdir>/pods/`` are touched (other stacks' are not), and only
+    while the caller holds the workdir's lock (:func:`lock_workdir`), so none of them is a live runner's.
+    """
+    removed: dict[str, list[int]] = {}
+    for name in sorted(pod_namespaces(workdir)):
+        if not (NETNS_DIR / name).exists():
+            continue
+        removed[name] = killed = remove_namespace(name)
+        log.warning(
+            "process runner: removed namespace %s left by an earlier runner; killed %d processes in it",
+            name,
+            len(killed),
+        )
+    return removed
 
 
 _SUBSCRIPT = re.compile(r"^metadata\.(labels|annotations)\['(.+)'\]$")
@@ -625,85 +701,45 @@ def pod_argv(namespace: NetworkNamespace, *, hostname: str, hosts: Path, argv: S
 
 
 # ---------------------------------------------------------------------------------------------------
-# The API: raw JSON over the session kubernetes-asyncio builds from the kubeconfig.
+# The API: bridge.runtime's client (and its informers for the pods), as the bridges use it.
 # ---------------------------------------------------------------------------------------------------
 
+_PODS = Resource(
+    group="", version="v1", plural="pods", kind="Pod", namespaced=True, subresources=frozenset({"status"})
+)
+_NODES = Resource(
+    group="", version="v1", plural="nodes", kind="Node", namespaced=False, subresources=frozenset({"status"})
+)
+_LEASES = Resource(group="coordination.k8s.io", version="v1", plural="leases", kind="Lease", namespaced=True)
 
-class ApiError(RuntimeError):
-    """A Kubernetes API call answered with an error status."""
-
-    def __init__(self, method: str, path: str, status: int, body: str) -> None:
-        super().__init__(f"{method} {path}: HTTP {status}: {body[:500]}")
-        self.status = status
+_TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError)
+"""Failures to reach the API server at all (as opposed to an answer with an error status)."""
 
 
-class _Api:
-    """Just enough of a client: JSON in, dicts out, streams for watches. To be replaced by
-    ``bridge.runtime``'s client once that settles."""
+def _client(session: Session) -> Client:
+    """A client that knows the runner's three kinds in advance: no discovery request is ever needed."""
+    discovery = Discovery(session)
+    for resource in (_PODS, _NODES, _LEASES):
+        discovery.register(resource)
+    return Client(session, discovery=discovery)
 
-    def __init__(self, api_client: Any) -> None:
-        self._client = api_client
 
-    @classmethod
-    async def connect(cls, kubeconfig: Path) -> _Api:
-        configuration = k8s_client.Configuration()
-        await k8s_config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
-        return cls(k8s_client.ApiClient(configuration))
+class _PodEvents:
+    """Hands an informer's pod changes to the runner (an :class:`~bridge.runtime.EventHandler`)."""
 
-    async def close(self) -> None:
-        await self._client.close()
+    def __init__(self, runner: ProcessRunner) -> None:
+        self._runner = runner
 
-    @contextlib.asynccontextmanager
-    async def _call(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Mapping[str, str] | None = None,
-        body: Any = None,
-        content_type: str = "application/json",
-        client_timeout: aiohttp.ClientTimeout | None = None,
-    ) -> AsyncIterator[aiohttp.ClientResponse]:
-        response: aiohttp.ClientResponse = await self._client.call_api(
-            path,
-            method,
-            query_params=list((query or {}).items()),
-            header_params={"Content-Type": content_type, "Accept": "application/json"},
-            body=body,
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _request_timeout=client_timeout or aiohttp.ClientTimeout(total=30),
-        )
-        try:
-            if response.status >= 300:
-                raise ApiError(method, path, response.status, await response.text())
-            yield response
-        finally:
-            response.release()
+    def on_add(self, obj: Object, *, is_initial_list: bool) -> None:
+        self._runner.observe(obj, gone=False)
 
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Mapping[str, str] | None = None,
-        body: Any = None,
-        content_type: str = "application/json",
-    ) -> dict[str, Any]:
-        async with self._call(method, path, query=query, body=body, content_type=content_type) as response:
-            result: dict[str, Any] = await response.json()
-            return result
+    def on_update(self, old: Object, new: Object) -> None:
+        if old["metadata"].get("uid") != new["metadata"].get("uid"):  # replaced by a pod of the same name
+            self._runner.observe(old, gone=True)
+        self._runner.observe(new, gone=False)
 
-    def watch(
-        self, path: str, *, query: Mapping[str, str], timeout: float
-    ) -> contextlib.AbstractAsyncContextManager[aiohttp.ClientResponse]:
-        """A context manager giving the response of a watch; iterate ``response.content`` for lines."""
-        return self._call(
-            "GET",
-            path,
-            query={**query, "watch": "1"},
-            client_timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=timeout),
-        )
+    def on_delete(self, obj: Object) -> None:
+        self._runner.observe(obj, gone=True)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -868,12 +904,11 @@ class _PodWorker:
                 )
                 self._containers.append(_Container(spec=entry, run=run, init=init))
         try:
-            self.namespace = await runner.create_namespace()
+            self.namespace = await runner.create_namespace(self.pod)
         except StackError as error:
             await self._fail_unstarted("NetworkNamespaceError", str(error))
             return
         pod_dir = runner.pod_dir(self.uid)
-        (pod_dir / NETNS_FILE).write_text(self.namespace.name + "\n")
         self._start_time, self._pod_ip = now_rfc3339(), self.namespace.address
         hostname, _ = pod_hostname(self.pod)
         (pod_dir / "hosts").write_text(hosts_file(self.pod, pod_ip=self.namespace.address))
@@ -1085,18 +1120,14 @@ class _PodWorker:
             return True
         try:
             await self._runner.patch_pod_status(self.pod, status)
-        except ApiError as error:
-            if error.status in (404, 409):  # 409: the uid precondition failed, a new pod has this name
-                log.info("process runner: pod %s is gone or replaced (%s)", self._key, error)
-                self.gone = True
-                return True
-            if error.status == 422:
-                log.error("process runner: status of pod %s rejected (a runner bug): %s", self._key, error)
-                return False
-            log.warning("process runner: status of pod %s not written, retrying: %s", self._key, error)
-            self._wake_later(1.0)
+        except (NotFound, Conflict) as error:  # Conflict: the uid precondition failed (a new pod, same name)
+            log.info("process runner: pod %s is gone or replaced (%s)", self._key, error)
+            self.gone = True
+            return True
+        except Invalid as error:
+            log.error("process runner: status of pod %s rejected (a runner bug): %s", self._key, error)
             return False
-        except (aiohttp.ClientError, TimeoutError) as error:
+        except (ApiError, *_TRANSPORT_ERRORS) as error:
             log.warning("process runner: status of pod %s not written, retrying: %s", self._key, error)
             self._wake_later(1.0)
             return False
@@ -1163,7 +1194,9 @@ class ProcessRunner:
         self.heartbeat_interval = heartbeat_interval
         self.watch_timeout = watch_timeout
         self.group = ProcessGroup(workdir)
-        self._api: _Api | None = None
+        self._session: Session | None = None
+        self._client: Client | None = None
+        self._lock: int | None = None
         self._main: asyncio.Task[None] | None = None
         self._tasks: asyncio.TaskGroup | None = None
         self._workers: dict[str, _PodWorker] = {}
@@ -1174,18 +1207,21 @@ class ProcessRunner:
     # -- lifecycle -----------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Register the nodes (Ready, with their Leases), then watch and run their pods."""
+        """Take the workdir, reclaim what an earlier runner of it left, register the nodes (Ready, with
+        their Leases), then watch and run their pods."""
         if self._main is not None:
             raise RuntimeError("process runner already started")
         check_prerequisites()
-        self._api = await _Api.connect(self.kubeconfig)
+        self._lock = lock_workdir(self.workdir)
         try:
+            await asyncio.to_thread(reclaim, self.workdir)
+            self._session = await Session.load(config_file=self.kubeconfig)
+            self._client = _client(self._session)
             for name in self.node_names:
                 await self._register(name)
                 await self._renew_lease(name)
         except BaseException:
-            await self._api.close()
-            self._api = None
+            await self._close()
             raise
         self._main = asyncio.create_task(self._run(), name="process-runner")
         log.info("process runner: serving nodes %s", ", ".join(self.node_names))
@@ -1201,10 +1237,21 @@ class ProcessRunner:
                 with contextlib.suppress(asyncio.CancelledError):
                     await main
         finally:
-            await self._stop_everything(grace=grace)
-            if self._api is not None:
-                await self._api.close()
-                self._api = None
+            try:
+                await self._stop_everything(grace=grace)
+            finally:
+                await self._close()
+
+    async def _close(self) -> None:
+        """Close the API session and give the workdir up (the lock goes with the process anyway)."""
+        session, self._session, self._client = self._session, None, None
+        try:
+            if session is not None:
+                await session.close()
+        finally:
+            if self._lock is not None:
+                os.close(self._lock)
+                self._lock = None
 
     async def _stop_everything(self, *, grace: float) -> None:
         if self._creating:
@@ -1232,15 +1279,16 @@ class ProcessRunner:
             self._tasks = tasks
             tasks.create_task(self._heartbeat(), name="process-runner-heartbeat")
             for name in self.node_names:
-                tasks.create_task(self._watch_pods(name), name=f"process-runner-pods-{name}")
+                informer = self._pod_informer(name)
+                tasks.create_task(informer.run(), name=f"process-runner-pods-{name}")
 
     # -- services for the pod workers ----------------------------------------------------------------
 
     @property
-    def api(self) -> _Api:
-        if self._api is None:
+    def client(self) -> Client:
+        if self._client is None:
             raise RuntimeError("process runner not started")
-        return self._api
+        return self._client
 
     def pod_dir(self, uid: str) -> Path:
         path = self.workdir / "pods" / uid
@@ -1252,11 +1300,23 @@ class ProcessRunner:
         worker = self._workers.get(uid)
         return worker.namespace if worker else None
 
-    async def create_namespace(self) -> NetworkNamespace:
-        """Create a pod namespace in a thread; recorded even if the caller is cancelled meanwhile."""
+    async def create_namespace(self, pod: Pod) -> NetworkNamespace:
+        """Create the pod's namespace in a thread; tracked even if the caller is cancelled meanwhile.
+
+        Its name is derived from the node and the pod's uid and written to the pod's directory before
+        the namespace exists, so a runner restarted after a crash at any point finds it
+        (:func:`reclaim`); one of that name left over is this pod's own, and is removed first.
+        """
+        uid = pod["metadata"]["uid"]
+        token = namespace_token(str(pod.get("spec", {}).get("nodeName", "")), uid)
+        name = namespace_name(token)
+        (self.pod_dir(uid) / NETNS_FILE).write_text(name + "\n")
 
         def create() -> NetworkNamespace:
-            namespace = create_namespace()
+            if (NETNS_DIR / name).exists():
+                log.warning("process runner: namespace %s of pod %s exists already: removing it", name, uid)
+                remove_namespace(name)
+            namespace = create_namespace(token=token)
             self._namespaces[namespace.name] = namespace
             return namespace
 
@@ -1267,7 +1327,10 @@ class ProcessRunner:
         return await asyncio.shield(future)
 
     def delete_namespace(self, namespace: NetworkNamespace) -> None:
-        namespace.delete()
+        """Kill whatever still runs in the namespace (children a container left), then delete it."""
+        killed = remove_namespace(namespace.name)
+        if killed:
+            log.info("process runner: killed %d leftover processes in %s", len(killed), namespace.name)
         self._namespaces.pop(namespace.name, None)
 
     def forget(self, worker: _PodWorker) -> None:
@@ -1275,30 +1338,32 @@ class ProcessRunner:
             del self._workers[worker.uid]
 
     async def patch_pod_status(self, pod: Pod, status: Mapping[str, Any]) -> None:
+        """Merge-patch the pod's status subresource, only if the pod still has this uid."""
         meta = pod["metadata"]
-        await self.api.request(
-            "PATCH",
-            f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
-            query={"fieldManager": FIELD_MANAGER},
-            body={"metadata": {"uid": meta["uid"]}, "status": status},
-            content_type="application/merge-patch+json",
+        await self.client.patch_status(
+            "v1",
+            "Pod",
+            meta["name"],
+            {"metadata": {"uid": meta["uid"]}, "status": dict(status)},
+            namespace=meta["namespace"],
+            field_manager=FIELD_MANAGER,
         )
 
     async def delete_pod(self, pod: Pod) -> bool:
         """Remove the pod for good (grace 0, only this uid); True when done or already gone."""
         meta = pod["metadata"]
         try:
-            await self.api.request(
-                "DELETE",
-                f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
-                body={"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}},
+            await self.client.delete(
+                "v1",
+                "Pod",
+                meta["name"],
+                namespace=meta["namespace"],
+                grace_period_seconds=0,
+                preconditions={"uid": meta["uid"]},
             )
-        except ApiError as error:
-            if error.status in (404, 409):
-                return True
-            log.warning("process runner: cannot delete pod %s/%s: %s", meta["namespace"], meta["name"], error)
-            return False
-        except (aiohttp.ClientError, TimeoutError) as error:
+        except (NotFound, Conflict):
+            return True
+        except (ApiError, *_TRANSPORT_ERRORS) as error:
             log.warning("process runner: cannot delete pod %s/%s: %s", meta["namespace"], meta["name"], error)
             return False
         return True
@@ -1315,46 +1380,32 @@ class ProcessRunner:
             taints=self.taints,
         )
         try:
-            node = await self.api.request("POST", "/api/v1/nodes", body=manifest)
-        except ApiError as error:
-            if error.status != 409:
-                raise
-            node = await self.api.request(
-                "PATCH",
-                f"/api/v1/nodes/{name}",
-                body={"metadata": {"labels": manifest["metadata"]["labels"]}},
-                content_type="application/merge-patch+json",
+            node = await self.client.create(manifest)
+        except (AlreadyExists, Conflict):
+            node = await self.client.patch(
+                "v1", "Node", name, {"metadata": {"labels": manifest["metadata"]["labels"]}}
             )
             await self._post_node_status(name)
         self._node_uids[name] = node["metadata"]["uid"]
 
     async def _post_node_status(self, name: str) -> None:
-        await self.api.request(
-            "PATCH",
-            f"/api/v1/nodes/{name}/status",
-            body={
-                "status": node_status(
-                    name=name, resources=self.resources, host_ip=self.host_ip, now=now_rfc3339()
-                )
-            },
-            content_type="application/merge-patch+json",
-        )
+        status = node_status(name=name, resources=self.resources, host_ip=self.host_ip, now=now_rfc3339())
+        await self.client.patch_status("v1", "Node", name, {"status": status})
 
     async def _renew_lease(self, name: str) -> None:
-        path = f"/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases/{name}"
         body = lease_manifest(
             node=name, node_uid=self._node_uids[name], duration=self.lease_duration, renew_time=now_micro()
         )
         try:
-            await self.api.request(
-                "PATCH", path, body={"spec": body["spec"]}, content_type="application/merge-patch+json"
+            await self.client.patch(
+                "coordination.k8s.io/v1",
+                "Lease",
+                name,
+                {"spec": body["spec"]},
+                namespace=NODE_LEASE_NAMESPACE,
             )
-        except ApiError as error:
-            if error.status != 404:
-                raise
-            await self.api.request(
-                "POST", f"/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases", body=body
-            )
+        except NotFound:
+            await self.client.create(body)
 
     async def _heartbeat(self) -> None:
         """Renew each node's Lease every interval and re-post its Ready status every few intervals."""
@@ -1369,74 +1420,34 @@ class ProcessRunner:
                     elif beats % 6 == 0:
                         try:
                             await self._post_node_status(name)
-                        except ApiError as error:
-                            if error.status == 404:  # the node was deleted: register it again
-                                self._node_uids.pop(name, None)
+                        except NotFound:  # the node was deleted: register it again
+                            self._node_uids.pop(name, None)
                             raise
                     await self._renew_lease(name)
-                except ApiError as error:
-                    log.warning("process runner: heartbeat of node %s failed: %s", name, error)
-                except (aiohttp.ClientError, TimeoutError) as error:
+                except (ApiError, *_TRANSPORT_ERRORS) as error:
                     log.warning("process runner: heartbeat of node %s failed: %s", name, error)
 
     # -- pods ----------------------------------------------------------------------------------------
 
-    async def _watch_pods(self, node: str) -> None:
-        """List then watch the pods bound to ``node``; relist on 410 or any error, with backoff."""
-        query = {"fieldSelector": f"spec.nodeName={node}"}
-        backoff = 0.5
-        while True:
-            try:
-                listing = await self.api.request("GET", "/api/v1/pods", query=query)
-                version = listing["metadata"]["resourceVersion"]
-                self._replace(node, listing.get("items") or [])
-                backoff = 0.5
-                while version is not None:
-                    version = await self._watch_once(query, version)
-            except (ApiError, aiohttp.ClientError, TimeoutError, ValueError) as error:
-                log.warning("process runner: watch of pods on %s failed, relisting: %s", node, error)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
-            except Exception:
-                log.exception("process runner: watch of pods on %s broke, relisting", node)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
+    def _pod_informer(self, node: str) -> Informer:
+        """List then watch the pods bound to ``node`` (the runtime's reflector: relists on 410, backs off
+        0.5 s doubling to 10 s on errors); each change goes to :meth:`observe`."""
+        informer = Informer(
+            self.client,
+            _PODS,
+            field_selector=f"spec.nodeName={node}",
+            resync_period=None,
+            settings=ReflectorSettings(
+                watch_timeout=(self.watch_timeout, self.watch_timeout),
+                backoff=BackoffSettings(initial=0.5, maximum=10.0),
+            ),
+            registry=None,
+        )
+        informer.add_handler(_PodEvents(self))
+        return informer
 
-    async def _watch_once(self, query: Mapping[str, str], version: str) -> str | None:
-        """One watch request from ``version``; the version to go on from, or None to relist."""
-        watch_query = {
-            **query,
-            "resourceVersion": version,
-            "allowWatchBookmarks": "true",
-            "timeoutSeconds": str(self.watch_timeout),
-        }
-        async with self.api.watch(
-            "/api/v1/pods", query=watch_query, timeout=self.watch_timeout + 30
-        ) as response:
-            async for line in response.content:
-                if not line.strip():
-                    continue
-                event = json.loads(line)
-                kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":
-                    if obj.get("code") == 410:
-                        return None
-                    raise ApiError("WATCH", "/api/v1/pods", int(obj.get("code", 500)), json.dumps(obj))
-                version = obj.get("metadata", {}).get("resourceVersion", version)
-                if kind in ("ADDED", "MODIFIED", "DELETED"):
-                    self._observe(obj, gone=kind == "DELETED")
-        return version
-
-    def _replace(self, node: str, pods: Sequence[Pod]) -> None:
-        """A fresh list of ``node``'s pods: observe each; those no longer there are gone."""
-        present = {pod["metadata"]["uid"] for pod in pods}
-        for worker in list(self._workers.values()):
-            if worker.pod.get("spec", {}).get("nodeName") == node and worker.uid not in present:
-                worker.update(worker.pod, gone=True)
-        for pod in pods:
-            self._observe(pod, gone=False)
-
-    def _observe(self, pod: Pod, *, gone: bool) -> None:
+    def observe(self, pod: Pod, *, gone: bool) -> None:
+        """A pod of one of the runner's nodes as the API has it now (``gone``: it was deleted)."""
         uid = pod["metadata"]["uid"]
         worker = self._workers.get(uid)
         if worker is not None:
@@ -1522,7 +1533,7 @@ async def _serve(arguments: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    configure_logging(json=False)  # the runner's own lines and the runtime's, as readable text
     try:
         asyncio.run(_serve(arguments))
     except StackError as error:

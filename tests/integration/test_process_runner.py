@@ -5,14 +5,17 @@ land there), lets the real kube-scheduler bind pods to them by node selector, an
 real run can show: the command ran as a process in its own network namespace (its pod IP answers
 from the host, its hostname and environment are the pod's), the phases and exit codes reported
 through the API, a Job completed by the real Job controller, deletion stopping the process and
-removing its namespace, a restarted runner failing the pods whose processes it lost, and kwok's nodes
-and pods left alone.
+removing its namespace, a restarted runner failing the pods whose processes it lost, a runner killed
+with SIGKILL leaving nothing behind once it is started again, and kwok's nodes and pods left alone.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -33,6 +36,7 @@ from bridge.sandbox.stack import KubeStack
 TAINT = {"key": "k8s-bridge.io/runner-test", "value": "true", "effect": "NoSchedule"}
 TOLERATION = {"key": TAINT["key"], "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 TIMEOUT = 60.0
+REPO = Path(__file__).resolve().parents[2]
 
 RunnerFactory = Callable[..., Awaitable[ProcessRunner]]
 
@@ -529,3 +533,205 @@ async def test_pods_on_kwok_nodes_are_not_run(
     finally:
         await pods.core.delete_namespaced_pod("simulated", pods.namespace, grace_period_seconds=0)
         kube_stack.client.delete(f"/api/v1/nodes/{kwok_node}")
+
+
+# ---------------------------------------------------------------------------------------------------
+# A runner that crashes: run as a command-line process of its own, so that it can be SIGKILLed.
+
+
+class RunnerProcess:
+    """``python -m bridge.sandbox.runner`` for one node and workdir; one log per start, to show on failure."""
+
+    def __init__(self, *, kubeconfig: Path, node: str, workdir: Path) -> None:
+        self.node = node
+        self.workdir = workdir
+        self.argv = [
+            sys.executable, "-m", "bridge.sandbox.runner", "--kubeconfig", str(kubeconfig), "--node", node,
+            "--workdir", str(workdir), "--taint", f"{TAINT['key']}={TAINT['value']}:{TAINT['effect']}",
+        ]  # fmt: skip
+        self.process: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir.parent / f"runner-process-{self.starts}.log"
+
+    def log_tail(self) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-40:])
+        except FileNotFoundError:
+            return "(no log)"
+
+    async def start(self) -> None:
+        """Start it and wait until it serves its node (it has reclaimed what an earlier one left)."""
+        self.starts += 1
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+            "PYTHONUNBUFFERED": "1",
+        }
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True
+            )
+        process = self.process
+
+        def serving() -> bool:
+            if process.poll() is not None:
+                pytest.fail(f"the runner exited with {process.returncode}:\n{self.log_tail()}")
+            return "process runner: serving nodes" in self.log_path.read_text(errors="replace")
+
+        await wait_for(lambda: asyncio.to_thread(serving), bool, what="the runner to serve its node")
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, nothing of the runner's own clean-up runs."""
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+
+LEAVER = python(
+    """
+    import os, subprocess, time
+    # a child in a session of its own, as a daemon would be: out of reach of the container's process
+    # group and of the kernel's SIGKILL when the runner dies
+    child = subprocess.Popen(["sleep", "3600"], start_new_session=True)
+    with open(os.environ["CHILD"], "w") as f:
+        f.write(str(child.pid))
+    time.sleep(3600)
+    """
+)
+
+
+def namespace_inode(name: str) -> int:
+    return os.stat(f"/run/netns/{name}").st_ino
+
+
+def start_time(pid: int) -> int:
+    """When the process started (clock ticks since boot, field 22 of ``/proc/<pid>/stat``); 0 if gone."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (FileNotFoundError, ProcessLookupError):
+        return 0
+
+
+def net_namespaces_in_use(*, started_before: int | None = None) -> set[int]:
+    """Inodes of the network namespaces processes are in now, as ``lsns`` lists them (each with its
+    lowest pid). With ``started_before``, only those whose process started before then: a freed
+    namespace's inode may go to a new one at once, but none of its processes can predate that."""
+    out = subprocess.run(
+        ["lsns", "--type", "net", "--noheadings", "--raw", "--output", "NS,PID"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    rows = [line.split() for line in out.splitlines()]
+    return {
+        int(ns) for ns, pid in rows if started_before is None or 0 < start_time(int(pid)) < started_before
+    }
+
+
+def _remove_leftovers(workdir: Path, seen: dict[int, int]) -> None:
+    """After a failed test: kill the processes it saw (``pid: start time``, so that a pid used again
+    since is left alone) and those in its namespaces, and delete those, so that nothing stays behind."""
+    for pid, started in seen.items():
+        if start_time(pid) == started:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    for name in set(pod_namespaces(workdir)) & set(existing_namespaces()):
+        listed = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True, check=False)
+        for word in listed.stdout.split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(word), signal.SIGKILL)
+        subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
+
+
+async def test_a_runner_killed_with_sigkill_leaves_nothing_once_restarted(
+    kube_stack: KubeStack, pods: Pods, tmp_path: Path
+) -> None:
+    node = f"runner-{uuid.uuid4().hex[:6]}"
+    runner = RunnerProcess(kubeconfig=kube_stack.kubeconfig, node=node, workdir=tmp_path / "runner")
+    seen: dict[int, int] = {}  # the pods' processes (pid: start time), to check and to clean up after
+
+    def running(pid: int) -> bool:
+        """Still the process the test saw (not a zombie, and the pid not used again since)."""
+        return alive(pid) and start_time(pid) == seen[pid]
+
+    async def run_leaver(name: str) -> tuple[Any, int, str]:
+        """A Running pod whose command left a child; the pod, the child's pid and the pod's namespace."""
+        child_file = tmp_path / f"{name}.child"
+        await pods.create(pod_manifest(name, pod_spec(node, LEAVER, env={"CHILD": str(child_file)}, grace=5)))
+        pod = await pods.phase(name, "Running")
+        await wait_for(lambda: asyncio.to_thread(child_file.exists), bool, what=f"{name}'s child")
+        child = int(await wait_for(lambda: asyncio.to_thread(child_file.read_text), bool, what="its pid"))
+        seen.update({pid: start_time(pid) for pid in (pid_of(pod), child)})
+        return pod, child, netns_of(pid_of(pod))
+
+    try:
+        await runner.start()
+        doomed, doomed_child, doomed_ns = await run_leaver("doomed")
+        survivor, survivor_child, survivor_ns = await run_leaver("survivor")
+        namespaces = {doomed_ns, survivor_ns}
+        inodes = {namespace_inode(name) for name in namespaces}
+        assert len(namespaces) == 2
+        assert pod_namespaces(runner.workdir) == namespaces
+
+        runner.kill()
+        # the kernel's part: the containers die with the runner; their children and namespaces do not
+        mains = [pid_of(doomed), pid_of(survivor)]
+        await wait_for(
+            lambda: asyncio.to_thread(lambda: not any(map(running, mains))), bool, what="the mains to die"
+        )
+        assert running(doomed_child)
+        assert running(survivor_child)
+        assert namespaces <= set(existing_namespaces())
+        assert inodes <= net_namespaces_in_use()
+
+        # while no runner runs, one pod goes for good; the other stays (still Running, as last reported)
+        await pods.core.delete_namespaced_pod("doomed", pods.namespace, grace_period_seconds=0)
+        await pods.gone("doomed")
+
+        await runner.start()
+        assert runner.process is not None
+        restarted = start_time(runner.process.pid)
+        # started again on the same workdir, the runner has removed both namespaces and killed the
+        # children in them before serving: the pod that is gone and the one it can no longer track
+        assert not namespaces & set(existing_namespaces())
+        assert not inodes & net_namespaces_in_use(started_before=restarted)
+        assert not running(doomed_child)
+        assert not running(survivor_child)
+
+        # the pod that still exists is reported as what it is: its processes were lost
+        pod = await pods.phase("survivor", "Failed")
+        assert pod.status.reason == "ProcessLost"
+        assert pod.status.container_statuses[0].state.terminated.exit_code == 137
+        assert pod.status.pod_ip == survivor.status.pod_ip
+        await pods.core.delete_namespaced_pod("survivor", pods.namespace)
+        await pods.gone("survivor")
+
+        # the restarted runner runs new pods, and deleting one leaves no process (its child included)
+        # and no namespace behind
+        fresh, fresh_child, fresh_ns = await run_leaver("fresh")
+        assert fresh_ns not in namespaces
+        await pods.core.delete_namespaced_pod("fresh", pods.namespace)
+        await pods.gone("fresh")
+        assert not running(pid_of(fresh))
+        assert not running(fresh_child)
+        assert fresh_ns not in existing_namespaces()
+
+        assert not pod_namespaces(runner.workdir) & set(existing_namespaces())
+        assert not [pid for pid in seen if running(pid)]
+    except BaseException:
+        print(f"runner log:\n{runner.log_tail()}")
+        raise
+    finally:
+        runner.stop()
+        _remove_leftovers(runner.workdir, seen)
+        kube_stack.client.delete(f"/api/v1/nodes/{node}")
