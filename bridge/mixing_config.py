@@ -14,6 +14,9 @@ The other direction: bridges know how many of their jobs are held, queued, admit
 the reconciler writes that into the WorkloadMixing's status. :class:`CountsBoard` is where bridges
 put those counts; it is also a controller source (``add_handler``/``has_synced``), so a change of the
 counts queues a reconcile of that WorkloadMixing at once instead of waiting for a periodic recheck.
+Bridges may report on every job's phase change: the reconciler, not the board, decides how often the
+status is written (``CountsWriteLimiter`` in reconcilers/mixing.py: at most every few seconds, the
+latest counts winning), and a reconcile costs no API request unless it writes.
 
 Everything here lives on one event loop and is not thread-safe; callbacks run synchronously in the
 caller's task and must not block.

@@ -8,22 +8,37 @@ configuration is decided: a spec is published to :class:`bridge.mixing_config.Mi
 when it is valid and everything it names exists, so a bad edit never reaches a running bridge
 (``Degraded=True``, ``LastGoodConfigurationInUse``, while the previous generation keeps running).
 
-It is level-based and cheap: each reconcile reads the WorkloadMixing and the Kueue objects it names
-from informer caches; only the JWT Secret is read with a GET (a cluster-wide Secret watch would cache
-every Secret's content; the GET tells exists-and-readable, and only the key names are kept, never
-the value). A LocalQueue, WorkloadPriorityClass or Topology that appears or disappears (or a Topology whose
-levels change) requeues the WorkloadMixings that name it, found through an index over the
-WorkloadMixing cache.
+It is level-based and cheap: a reconcile reads the WorkloadMixing, the Kueue objects it names and
+the key names of its JWT Secret from caches, and sends the API server nothing unless the status
+changes. A LocalQueue, WorkloadPriorityClass or Topology that appears or disappears (or a Topology
+whose levels change), and a named Secret that appears, disappears or gains or loses a key, requeues
+the WorkloadMixings that name it, found through an index over the WorkloadMixing cache.
+
+The Secret is watched one Secret at a time (:class:`WatchedSecretKeys`): a watch in its namespace
+with ``fieldSelector=metadata.name=<name>``, started when some WorkloadMixing comes to name it and
+stopped when none does any more, whose cache keeps the key names only (the values are dropped
+before anything is stored). RBAC can grant exactly that (``get``, ``list``, ``watch`` with
+``resourceNames: [<name>]`` in a Role of that namespace): a list or watch restricted to one name by a
+``metadata.name`` field selector is authorised against ``resourceNames``. A namespace- or
+cluster-wide Secret watch would need every Secret there and cache their contents; a GET per reconcile
+(the first design) cost a request each time anything queued a reconcile. Until a Secret's watch has
+listed, or when RBAC forbids watching it, the Secret is read with a GET, as before.
 
 Only changes that can alter the outcome queue a reconcile (:class:`FilteredSource`): a WorkloadMixing
 update whose ``generation`` (and uid, deletion) is unchanged is a status or metadata write - mostly
 this controller's own - and a LocalQueue or WorkloadPriorityClass update is only Kueue rewriting its
-status (pending counts, usage); only their existence is checked. Without that filter every such write
-cost a reconcile and a Secret GET: Kueue rewrites a LocalQueue's status for each Workload that comes
-or goes, so a bridge with many queued jobs read the Secret several times a second while idle.
-A periodic recheck (``recheck_after``) notices Secrets and refreshes counts from providers that do
-not announce changes. Status is written only when it differs from what is stored, so the recheck
-does not write, and Events are recorded only when a condition actually changes.
+status (pending counts, usage); only their existence is checked. A Secret update matters only when its
+key names change (a rotated token does not). Without these filters every such write cost a reconcile:
+Kueue rewrites a LocalQueue's status for each Workload that comes or goes.
+
+Status is written only when it differs from what is stored, and Events are recorded only when a
+condition actually changes. A write that would change nothing but the counts the bridges report
+(``status.sources``) is spaced out by :class:`CountsWriteLimiter`: at most one per ``counts_interval``
+seconds (default 5) per WorkloadMixing, made when the interval is over with the counts of that moment
+(the latest counts win; the ones in between are never written). So a 1,000-job catch-up, whose counts
+change with every job, writes the status a few times, not a thousand. Conditions are written at once.
+A periodic recheck (``recheck_after``) refreshes counts from providers that do not announce changes
+and restores a status someone else overwrote; it reads only caches.
 
 Every decision (which conditions, whether to write, whether to publish, which Events) is the pure
 function :func:`decide`, built on bridge/api/status.py; the class around it only does I/O.
@@ -31,7 +46,9 @@ function :func:`decide`, built on bridge/api/status.py; the class around it only
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
@@ -65,10 +82,11 @@ from bridge.mixing_config import CountsBoard, CountsProvider, MixingConfigs, Sou
 from bridge.runtime.cache import Store
 from bridge.runtime.client import Client
 from bridge.runtime.controller import Controller, Mapper, Request, Result
+from bridge.runtime.discovery import Resource
 from bridge.runtime.errors import Conflict, Forbidden, NotFound, Unauthorized
 from bridge.runtime.events import EventRecorder, EventType
 from bridge.runtime.handlers import EventHandler, Object, Source
-from bridge.runtime.informer import Dispatcher, SharedInformerFactory
+from bridge.runtime.informer import Dispatcher, Informer, SharedInformerFactory
 from bridge.runtime.metrics import REGISTRY
 
 __all__ = [
@@ -78,17 +96,23 @@ __all__ = [
     "LEVELS_INDEX",
     "REFERENCES_INDEX",
     "ClientSecretKeys",
+    "CountsWriteLimiter",
     "Decision",
     "EventSink",
     "FilteredSource",
+    "MixingController",
     "MixingReconciler",
     "PlannedEvent",
     "SecretKeys",
+    "SecretWatch",
     "StatusWriter",
+    "WatchedSecretKeys",
     "decide",
     "keys_changed",
     "reference_index_keys",
     "referencing_mapper",
+    "secret_key_names",
+    "secret_keys_changed",
     "setup_mixing_controller",
     "spec_changed",
     "topology_levels",
@@ -102,13 +126,17 @@ FIELD_MANAGER: Final = "k8s-bridge-mixing"
 KUEUE_API_VERSION: Final = "kueue.x-k8s.io/v1beta2"
 
 REFERENCES_INDEX: Final = "mixing.references"
-"""Index of the WorkloadMixing cache: the Kueue objects each one names (see :func:`reference_index_keys`)."""
+"""Index of the WorkloadMixing cache: the watched objects each names (see :func:`reference_index_keys`)."""
 LEVELS_INDEX: Final = "topology.levels"
 """Index of the Topology cache: the node label of each level."""
 
 DEFAULT_RECHECK_AFTER: Final = 60.0
+DEFAULT_COUNTS_INTERVAL: Final = 5.0
+"""Seconds between two status writes that change only the counts (:class:`CountsWriteLimiter`)."""
 
 _ACTION: Final = "ValidateConfiguration"
+_KEY_NAMES: Final = "keyNames"
+"""Where :func:`secret_key_names` puts a Secret's data key names."""
 _SOURCES: Final[tuple[SourceName, ...]] = ("slurm", "ray")
 
 
@@ -126,7 +154,9 @@ def _reference_key(ref: Reference) -> str | None:
         return _index_key("WorkloadPriorityClass", ref.name)
     if ref.kind == "TopologyLevel":
         return _index_key("TopologyLevel", ref.name)
-    return None  # Secrets are not watched: the periodic recheck notices them
+    if ref.kind == "SecretKey" and ref.namespace is not None:
+        return _index_key("Secret", ref.name, ref.namespace)
+    return None
 
 
 def reference_index_keys(obj: Object) -> list[str]:
@@ -170,6 +200,24 @@ def _topology_keys(obj: Object) -> list[str]:
     return [_index_key("TopologyLevel", label) for label in topology_levels(obj)]
 
 
+def _secret_keys(obj: Object) -> list[str]:
+    meta = obj.get("metadata") or {}
+    return [_index_key("Secret", meta.get("name", ""), meta.get("namespace", ""))]
+
+
+_SECRET_PREFIX: Final = "Secret:"  # noqa: S105 (an index key prefix, not a secret)
+
+
+def _named_secrets(mixings: Store) -> set[tuple[str, str]]:
+    """(namespace, name) of every Secret some cached WorkloadMixing names, from :data:`REFERENCES_INDEX`."""
+    named: set[tuple[str, str]] = set()
+    for value in mixings.index_values(REFERENCES_INDEX):
+        if value.startswith(_SECRET_PREFIX):
+            namespace, _, name = value[len(_SECRET_PREFIX) :].partition("/")
+            named.add((namespace, name))
+    return named
+
+
 # --- which updates matter ------------------------------------------------------------------------
 
 UpdateFilter = Callable[[Object, Object], bool]
@@ -187,6 +235,11 @@ def spec_changed(old: Object, new: Object) -> bool:
     return any(
         old_meta.get(field) != new_meta.get(field) for field in ("generation", "uid", "deletionTimestamp")
     )
+
+
+def secret_keys_changed(old: Object, new: Object) -> bool:
+    """A Secret update matters only when its key names change (a rotated value does not)."""
+    return bool(old.get(_KEY_NAMES) != new.get(_KEY_NAMES))
 
 
 def keys_changed(keys: Callable[[Object], Sequence[str]]) -> UpdateFilter:
@@ -258,6 +311,9 @@ class Decision:
     publish: bool
     """True when this generation is usable: it becomes the bridges' configuration."""
     events: tuple[PlannedEvent, ...]
+    counts_only: bool = False
+    """True when the write would change the counts (``status.sources``) and nothing else: such a
+    write may wait (:class:`CountsWriteLimiter`); any other is made at once."""
 
 
 def _find(conditions: Sequence[Condition], type_: str) -> Condition | None:
@@ -341,7 +397,12 @@ def decide(
     events = (
         _plan_events(previous.conditions if previous is not None else (), status.conditions) if write else ()
     )
-    return Decision(status=status, write_status=write, publish=publish, events=events)
+    counts_only = (
+        write and previous is not None and status.model_copy(update={"sources": previous.sources}) == previous
+    )
+    return Decision(
+        status=status, write_status=write, publish=publish, events=events, counts_only=counts_only
+    )
 
 
 # --- the I/O part ----------------------------------------------------------------------------------
@@ -386,6 +447,196 @@ class ClientSecretKeys:
         return keys
 
 
+def secret_key_names(obj: Object) -> Object:
+    """What a Secret watch keeps of a Secret: who it is and the names of its data keys, never a value.
+
+    The transform of :class:`WatchedSecretKeys`' informers, applied before anything is stored or
+    handed to a handler.
+    """
+    meta = obj.get("metadata") or {}
+    return {
+        "metadata": {
+            key: meta[key] for key in ("name", "namespace", "uid", "resourceVersion") if key in meta
+        },
+        _KEY_NAMES: sorted((obj.get("data") or {}).keys()),
+    }
+
+
+class SecretWatch(Protocol):
+    """A watch of one Secret (an :class:`~bridge.runtime.informer.Informer`, or a test double)."""
+
+    store: Store
+
+    def add_handler(self, handler: EventHandler) -> None: ...
+
+    def has_synced(self) -> bool: ...
+
+    async def run(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class WatchedSecretKeys:
+    """The key names of each Secret a WorkloadMixing names, kept by a watch of that one Secret.
+
+    Three roles, all on the event loop:
+
+    - an event handler on the WorkloadMixing informer: after each change it compares the Secrets
+      the cached WorkloadMixings name (:data:`REFERENCES_INDEX`) with the ones watched, and starts or
+      stops watches to match (``watch(namespace, name)`` makes one);
+    - :class:`SecretKeys` for the reconciler: from the watch's cache once it has listed, otherwise
+      (not listed yet, or forbidden by RBAC) from ``fallback``, a GET;
+    - a controller source: the watched Secrets' changes (handlers follow watches as they come and go).
+      ``has_synced`` is always True: a watch RBAC forbids never lists, and must not keep the
+      controller from starting; the fallback answers meanwhile.
+
+    ``run`` runs the watches (those started later too) until ``stop``.
+    """
+
+    def __init__(
+        self,
+        *,
+        mixings: Store,
+        watch: Callable[[str, str], SecretWatch],
+        fallback: SecretKeys,
+    ) -> None:
+        if REFERENCES_INDEX not in mixings.indexer_names:
+            raise ValueError(f"the WorkloadMixing store needs the {REFERENCES_INDEX!r} index")
+        self._mixings = mixings
+        self._new_watch = watch
+        self._fallback = fallback
+        self._watches: dict[tuple[str, str], SecretWatch] = {}
+        self._handlers: list[EventHandler] = []
+        self._group: asyncio.TaskGroup | None = None
+        self._stop = asyncio.Event()
+
+    @classmethod
+    def for_client(
+        cls,
+        client: Client,
+        secrets: Resource,
+        *,
+        mixings: Store,
+        registry: CollectorRegistry | None = REGISTRY,
+    ) -> WatchedSecretKeys:
+        """Informers on ``client`` (``secrets``: the v1 Secret resource), falling back to a GET."""
+
+        def watch(namespace: str, name: str) -> Informer:
+            return Informer(
+                client,
+                secrets,
+                namespace=namespace,
+                field_selector=f"metadata.name={name}",
+                transform=secret_key_names,
+                resync_period=None,
+                registry=registry,
+            )
+
+        return cls(mixings=mixings, watch=watch, fallback=ClientSecretKeys(client))
+
+    @property
+    def watched(self) -> list[tuple[str, str]]:
+        """(namespace, name) of the Secrets watched (or to be, once ``run`` starts)."""
+        return sorted(self._watches)
+
+    def has_listed(self, namespace: str, name: str) -> bool:
+        """Whether the Secret is watched and its watch has listed: reads of it then send no request."""
+        watch = self._watches.get((namespace, name))
+        return watch is not None and watch.has_synced()
+
+    def refresh(self) -> None:
+        """Watch exactly the Secrets the cached WorkloadMixings name."""
+        named = _named_secrets(self._mixings)
+        for key in sorted(self._watches.keys() - named):
+            self._watches.pop(key).stop()
+            log.info("stopped watching a Secret no WorkloadMixing names", secret="/".join(key))
+        for key in sorted(named - self._watches.keys()):
+            watch = self._watches[key] = self._new_watch(*key)
+            for handler in self._handlers:
+                watch.add_handler(handler)
+            if self._group is not None:
+                self._group.create_task(watch.run(), name=f"secret watch {'/'.join(key)}")
+            log.info("watching a Secret a WorkloadMixing names", secret="/".join(key))
+
+    # EventHandler, on the WorkloadMixing informer
+    def on_add(self, obj: Object, *, is_initial_list: bool) -> None:
+        self.refresh()
+
+    def on_update(self, old: Object, new: Object) -> None:
+        self.refresh()
+
+    def on_delete(self, obj: Object) -> None:
+        self.refresh()
+
+    # SecretKeys
+    async def __call__(self, namespace: str, name: str) -> frozenset[str] | None:
+        if not self.has_listed(namespace, name):
+            return await self._fallback(namespace, name)
+        obj = self._watches[namespace, name].store.get(f"{namespace}/{name}")
+        return None if obj is None else frozenset(obj.get(_KEY_NAMES) or ())
+
+    # Source
+    def add_handler(self, handler: EventHandler) -> None:
+        self._handlers.append(handler)
+        for watch in self._watches.values():
+            watch.add_handler(handler)
+
+    def has_synced(self) -> bool:
+        return True
+
+    # Runnable
+    async def run(self) -> None:
+        """Run every watch, including those started later, until :meth:`stop` (or cancelled)."""
+        if self._group is not None:
+            raise RuntimeError("WatchedSecretKeys.run() is already running")
+        try:
+            async with asyncio.TaskGroup() as tg:
+                self._group = tg
+                for key, watch in self._watches.items():
+                    tg.create_task(watch.run(), name=f"secret watch {'/'.join(key)}")
+                await self._stop.wait()
+                for watch in self._watches.values():
+                    watch.stop()
+        finally:
+            self._group = None
+            self._stop.clear()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class CountsWriteLimiter:
+    """Spaces out the status writes that change only the counts: one per ``interval`` s per name.
+
+    Level-based, nothing is queued: :meth:`delay` says how long a counts-only write of ``name`` must
+    wait; the reconciler then asks to be called again after that long, and writes whatever the counts
+    are at that moment. Every write of the status (any kind) is reported with :meth:`wrote`.
+    ``clock`` is monotonic seconds (injected by tests).
+    """
+
+    def __init__(self, interval: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+        if interval < 0:
+            raise ValueError(f"interval must be >= 0, got {interval}")
+        self.interval = interval
+        self._clock = clock
+        self._last: dict[str, float] = {}
+
+    def delay(self, name: str) -> float:
+        """Seconds until a counts-only write of ``name`` may be made; 0.0 when it may be made now."""
+        last = self._last.get(name)
+        if last is None:
+            return 0.0
+        return max(0.0, last + self.interval - self._clock())
+
+    def wrote(self, name: str) -> None:
+        """The status of ``name`` was just written."""
+        self._last[name] = self._clock()
+
+    def forget(self, name: str) -> None:
+        """``name`` is gone."""
+        self._last.pop(name, None)
+
+
 def _utc_now() -> dt.datetime:
     # metav1.Time has second precision: kubectl and other clients compare at that precision.
     return dt.datetime.now(dt.UTC).replace(microsecond=0)
@@ -407,7 +658,9 @@ class MixingReconciler:
         configs: MixingConfigs,
         counts: CountsProvider | None = None,
         recheck_after: float | None = DEFAULT_RECHECK_AFTER,
+        counts_interval: float = DEFAULT_COUNTS_INTERVAL,
         now: Callable[[], dt.datetime] = _utc_now,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if LEVELS_INDEX not in topologies.indexer_names:
             raise ValueError(f"the Topology store needs the {LEVELS_INDEX!r} index (topology_levels)")
@@ -421,6 +674,7 @@ class MixingReconciler:
         self._configs = configs
         self._counts: CountsProvider = counts if counts is not None else ZeroCounts()
         self._recheck = Result(requeue_after=recheck_after)
+        self._limiter = CountsWriteLimiter(counts_interval, clock=clock)
         self._now = now
 
     async def reconcile(self, request: Request) -> Result:
@@ -428,6 +682,7 @@ class MixingReconciler:
         live = self._configs.get(name)
         obj = self._mixings.get(name)
         if obj is None:
+            self._limiter.forget(name)
             if live.withdraw():
                 log.info("WorkloadMixing deleted: configuration withdrawn")
             return Result()
@@ -459,6 +714,10 @@ class MixingReconciler:
             live.publish(uid=uid, generation=generation, spec=spec)
         if not decision.write_status:
             return self._recheck
+        if decision.counts_only and (wait := self._limiter.delay(name)) > 0:
+            # Only the counts changed, and the last write is recent: write the counts of that moment
+            # once the interval is over (counts changing meanwhile queue us, and land here again).
+            return Result(requeue_after=wait)
         body = {**obj, "status": decision.status.model_dump(mode="json", by_alias=True, exclude_none=True)}
         try:
             await self._writer.update_status(body, field_manager=FIELD_MANAGER)
@@ -468,6 +727,7 @@ class MixingReconciler:
             return Result(requeue_after=1.0)
         except NotFound:
             return Result()  # deleted meanwhile: its delete event withdraws the configuration
+        self._limiter.wrote(name)
         ready = _find(decision.status.conditions, READY)
         log.info(
             "status updated",
@@ -538,6 +798,39 @@ def _stored_status(obj: Object) -> WorkloadMixingStatus | None:
 # --- wiring ----------------------------------------------------------------------------------------
 
 
+class MixingController(Controller):
+    """The WorkloadMixing controller, which runs its Secret watches while it runs.
+
+    The watches serve only this controller's reconciles, so they live as long as its ``run``: on the
+    leader only, started with it and stopped once its workers have finished.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        reconciler: MixingReconciler,
+        secrets: WatchedSecretKeys,
+        registry: CollectorRegistry = REGISTRY,
+    ) -> None:
+        super().__init__(name=name, reconciler=reconciler, registry=registry)
+        self.secrets = secrets
+
+    async def run(self) -> None:
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self.secrets.run(), name=f"controller {self.name} secret watches")
+                try:
+                    await super().run()
+                finally:
+                    self.secrets.stop()
+        except BaseExceptionGroup as group:
+            # Raise what the controller raised (e.g. CacheSyncTimeoutError), not a group around it.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
+
+
 async def setup_mixing_controller(
     *,
     client: Client,
@@ -546,13 +839,15 @@ async def setup_mixing_controller(
     recorder: EventRecorder,
     counts: CountsProvider | None = None,
     recheck_after: float | None = DEFAULT_RECHECK_AFTER,
+    counts_interval: float = DEFAULT_COUNTS_INTERVAL,
     registry: CollectorRegistry = REGISTRY,
-) -> Controller:
+) -> MixingController:
     """The WorkloadMixing controller, its informers registered with ``factory`` (cluster-wide).
 
-    The caller runs ``factory.run()`` and ``controller.run()`` (a Manager does both). A
-    :class:`~bridge.mixing_config.CountsBoard` given as ``counts`` is also watched, so a bridge
-    reporting new counts queues the WorkloadMixing at once.
+    The caller runs ``factory.run()`` and ``controller.run()`` (a Manager does both); the watches of
+    the named Secrets run inside ``controller.run()``. A :class:`~bridge.mixing_config.CountsBoard`
+    given as ``counts`` is also watched, so a bridge reporting new counts queues the WorkloadMixing
+    at once (its status is then written at most every ``counts_interval`` seconds).
     """
     mixings = await factory.informer(API_VERSION, KIND, indexers={REFERENCES_INDEX: reference_index_keys})
     local_queues = await factory.informer(KUEUE_API_VERSION, "LocalQueue")
@@ -560,25 +855,33 @@ async def setup_mixing_controller(
     topologies = await factory.informer(
         KUEUE_API_VERSION, "Topology", indexers={LEVELS_INDEX: topology_levels}
     )
+    secrets = WatchedSecretKeys.for_client(
+        client, await client.resource("v1", "Secret"), mixings=mixings.store, registry=registry
+    )
+    mixings.add_handler(secrets)
     reconciler = MixingReconciler(
         mixings=mixings.store,
         local_queues=local_queues.store,
         priority_classes=priority_classes.store,
         topologies=topologies.store,
-        secret_keys=ClientSecretKeys(client),
+        secret_keys=secrets,
         writer=client,
         recorder=recorder,
         configs=configs,
         counts=counts,
         recheck_after=recheck_after,
+        counts_interval=counts_interval,
     )
-    controller = Controller(name=CONTROLLER_NAME, reconciler=reconciler, registry=registry)
+    controller = MixingController(
+        name=CONTROLLER_NAME, reconciler=reconciler, secrets=secrets, registry=registry
+    )
     watch_sources(
         controller,
         mixings=mixings,
         local_queues=local_queues,
         priority_classes=priority_classes,
         topologies=topologies,
+        secrets=secrets,
         counts=counts,
     )
     return controller
@@ -591,6 +894,7 @@ def watch_sources(
     local_queues: Source,
     priority_classes: Source,
     topologies: Source,
+    secrets: Source | None = None,
     counts: CountsProvider | None = None,
 ) -> None:
     """Have ``controller`` watch the sources, each filtered to the updates that can change a decision."""
@@ -602,6 +906,11 @@ def watch_sources(
     ):
         controller.watch(
             FilteredSource(source, keys_changed(keys)), map_to=referencing_mapper(mixings.store, keys)
+        )
+    if secrets is not None:
+        controller.watch(
+            FilteredSource(secrets, secret_keys_changed),
+            map_to=referencing_mapper(mixings.store, _secret_keys),
         )
     if isinstance(counts, CountsBoard):
         controller.watch(counts)

@@ -1,6 +1,7 @@
 """The WorkloadMixing reconciler without a cluster: its decisions (pure), the reconciler over real
-stores with a fake status writer, Secret reader and event sink, the reference index that routes
-Kueue object changes to WorkloadMixings, and the live configuration holder the bridges read."""
+stores with a fake status writer, Secret reader and event sink, the spacing of counts-only status
+writes (on an injected clock), the Secret watches (over fake watches), the reference index that routes
+Kueue object and Secret changes to WorkloadMixings, and the live configuration holder the bridges read."""
 
 from __future__ import annotations
 
@@ -23,10 +24,15 @@ from bridge.runtime.informer import Dispatcher
 from reconcilers.mixing import (
     LEVELS_INDEX,
     REFERENCES_INDEX,
+    CountsWriteLimiter,
+    MixingController,
     MixingReconciler,
+    SecretKeys,
+    WatchedSecretKeys,
     decide,
     reference_index_keys,
     referencing_mapper,
+    secret_key_names,
     topology_levels,
     watch_sources,
 )
@@ -103,9 +109,22 @@ class TestDecide:
         first = self._decide()
         counted = self._decide(previous=first.status, counts={"slurm": SourceCounts(held=2, running=1)})
         assert counted.write_status
+        assert counted.counts_only
         assert counted.events == ()
         assert counted.status.sources.slurm == SourceCounts(held=2, running=1)
         assert counted.status.sources.ray is None
+
+    def test_counts_only_is_false_when_anything_else_changes(self) -> None:
+        assert not self._decide().counts_only  # the first write: nothing stored yet
+        first = self._decide()
+        both = self._decide(
+            previous=first.status, problems=[_missing_queue()], counts={"slurm": SourceCounts(held=2)}
+        )
+        assert both.write_status
+        assert not both.counts_only
+        same = self._decide(previous=first.status)
+        assert not same.write_status
+        assert not same.counts_only
 
     def test_blocked_new_generation_keeps_last_good_and_is_degraded(self) -> None:
         good = self._decide()
@@ -183,6 +202,19 @@ class FakeRecorder:
         return None
 
 
+class ManualClock:
+    """Monotonic seconds that move only when a test says so."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 class FakeSecrets:
     def __init__(self) -> None:
         self.secrets: dict[tuple[str, str], frozenset[str]] = {("slurm", "jwt"): frozenset({"token"})}
@@ -223,18 +255,24 @@ class World:
         self.recorder = FakeRecorder()
         self.configs = MixingConfigs()
         self.board = CountsBoard()
-        self.reconciler = MixingReconciler(
+        self.clock = ManualClock()
+        self.reconciler = self.make_reconciler(self.secrets)
+
+    def make_reconciler(self, secret_keys: SecretKeys) -> MixingReconciler:
+        return MixingReconciler(
             mixings=self.mixings,
             local_queues=self.local_queues,
             priority_classes=self.priority_classes,
             topologies=self.topologies,
-            secret_keys=self.secrets,
+            secret_keys=secret_keys,
             writer=self.writer,
             recorder=self.recorder,
             configs=self.configs,
             counts=self.board,
             recheck_after=30.0,
+            counts_interval=5.0,
             now=lambda: T0,
+            clock=self.clock,
         )
 
     async def reconcile(self, name: str = "site") -> Result:
@@ -355,6 +393,7 @@ class TestReconciler:
         world.mixings.put(_mixing({"slurm": slurm_spec()}))
         await world.reconcile()
         assert world.status().sources.slurm == SourceCounts()
+        world.clock.advance(5.0)
         world.board.set("site", "slurm", SourceCounts(held=1, queued=2, admitted=3, running=4))
         await world.reconcile()
         assert world.status().sources.slurm == SourceCounts(held=1, queued=2, admitted=3, running=4)
@@ -387,6 +426,331 @@ class TestReconciler:
         world.mixings.put(_mixing({"slurm": slurm_spec()}))
         world.writer.fail_with = NotFound(404, "NotFound", "gone")
         assert await world.reconcile() == Result()
+
+
+# --- counts-only status writes, spaced out ---------------------------------------------------------
+
+
+class TestCountsWriteLimiter:
+    def test_first_write_at_once_then_one_per_interval(self) -> None:
+        clock = ManualClock()
+        limiter = CountsWriteLimiter(5.0, clock=clock)
+        assert limiter.delay("site") == 0.0
+        limiter.wrote("site")
+        assert limiter.delay("site") == 5.0
+        clock.advance(2.0)
+        assert limiter.delay("site") == 3.0
+        assert limiter.delay("other") == 0.0  # per WorkloadMixing
+        clock.advance(3.0)
+        assert limiter.delay("site") == 0.0
+        clock.advance(100.0)
+        assert limiter.delay("site") == 0.0
+
+    def test_forget_and_zero_interval(self) -> None:
+        clock = ManualClock()
+        limiter = CountsWriteLimiter(5.0, clock=clock)
+        limiter.wrote("site")
+        limiter.forget("site")
+        assert limiter.delay("site") == 0.0
+        unlimited = CountsWriteLimiter(0.0, clock=clock)
+        unlimited.wrote("site")
+        assert unlimited.delay("site") == 0.0
+        with pytest.raises(ValueError, match="interval"):
+            CountsWriteLimiter(-1.0)
+
+
+class TestCountsWrites:
+    """The reconciler writes counts-only changes at most every ``counts_interval`` (5 s here), with
+    the counts of the moment it writes; anything else is written at once."""
+
+    @staticmethod
+    async def _ready(world: World) -> None:
+        world.local_queues.put(_local_queue("k8s-bridge", "hpc"))
+        world.mixings.put(_mixing({"slurm": slurm_spec()}))
+        assert await world.reconcile() == Result(requeue_after=30.0)
+        assert len(world.writer.writes) == 1
+
+    async def test_a_burst_of_counts_is_one_write_of_the_latest(self, world: World) -> None:
+        await self._ready(world)
+        for second in range(5):
+            world.board.set("site", "slurm", SourceCounts(held=100 - second, queued=second))
+            # Too soon after the last write: nothing written, called again when the interval ends.
+            assert await world.reconcile() == Result(requeue_after=5.0 - second)
+            world.clock.advance(1.0)
+        assert len(world.writer.writes) == 1
+        assert world.status().sources.slurm == SourceCounts()
+
+        # The interval is over: the counts of this moment are written, the ones before never were.
+        assert await world.reconcile() == Result(requeue_after=30.0)
+        assert len(world.writer.writes) == 2
+        assert world.status().sources.slurm == SourceCounts(held=96, queued=4)
+        # And the next change waits a whole interval again.
+        world.board.set("site", "slurm", SourceCounts(held=95, queued=5))
+        assert await world.reconcile() == Result(requeue_after=5.0)
+        assert len(world.writer.writes) == 2
+
+    async def test_first_counts_after_a_quiet_interval_are_written_at_once(self, world: World) -> None:
+        await self._ready(world)
+        world.clock.advance(60.0)
+        world.board.set("site", "slurm", SourceCounts(running=1))
+        assert await world.reconcile() == Result(requeue_after=30.0)
+        assert world.status().sources.slurm == SourceCounts(running=1)
+
+    async def test_a_condition_change_is_written_at_once_with_the_latest_counts(self, world: World) -> None:
+        await self._ready(world)
+        world.clock.advance(1.0)
+        world.board.set("site", "slurm", SourceCounts(held=7))
+        world.local_queues.pop("k8s-bridge/hpc")
+        assert await world.reconcile() == Result(requeue_after=30.0)
+        assert len(world.writer.writes) == 2
+        assert world.ready()[:2] == ("False", "LocalQueueNotFound")
+        assert world.status().sources.slurm == SourceCounts(held=7)
+        # That write (1 s after the first) counts as the last one: counts alone wait 5 s from it.
+        world.clock.advance(1.0)
+        world.board.set("site", "slurm", SourceCounts(held=8))
+        assert await world.reconcile() == Result(requeue_after=4.0)
+        assert len(world.writer.writes) == 2
+
+    async def test_a_failed_write_does_not_count_as_written(self, world: World) -> None:
+        await self._ready(world)
+        world.clock.advance(5.0)
+        world.board.set("site", "slurm", SourceCounts(held=1))
+        world.writer.fail_with = Conflict(409, "Conflict", "the object has been modified")
+        assert await world.reconcile() == Result(requeue_after=1.0)
+        world.writer.fail_with = None
+        assert await world.reconcile() == Result(requeue_after=30.0)
+        assert world.status().sources.slurm == SourceCounts(held=1)
+
+    async def test_a_deleted_and_recreated_mixing_starts_afresh(self, world: World) -> None:
+        await self._ready(world)
+        world.mixings.pop("site")
+        assert await world.reconcile() == Result()
+        # Re-created with a status already stored (say, restored from a backup): counts differ only.
+        stored = _mixing({"slurm": slurm_spec()}, uid="uid-2")
+        world.mixings.put(stored)
+        await world.reconcile()
+        world.board.set("site", "slurm", SourceCounts(held=2))
+        world.clock.advance(5.0)
+        assert await world.reconcile() == Result(requeue_after=30.0)
+        assert world.status().sources.slurm == SourceCounts(held=2)
+
+
+# --- the Secret watches ----------------------------------------------------------------------------
+
+
+class FakeWatch(Dispatcher):
+    """A watch of one Secret that a test feeds by hand (``replace`` = the initial list)."""
+
+    def __init__(self, namespace: str, name: str) -> None:
+        super().__init__(Store(transform=secret_key_names), name=f"{namespace}/{name}")
+        self.running = False
+        self.stopped = False
+        self._stop = asyncio.Event()
+
+    async def run(self) -> None:
+        self.running = True
+        try:
+            await self._stop.wait()
+        finally:
+            self.running = False
+
+    def stop(self) -> None:
+        self.stopped = True
+        self._stop.set()
+
+    def is_running(self) -> bool:
+        return self.running
+
+
+def _secret(namespace: str, name: str, version: str = "1", **data: str) -> Object:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"namespace": namespace, "name": name, "resourceVersion": version, "uid": "s-1"},
+        "data": dict(data),
+    }
+
+
+class SecretsWorld:
+    def __init__(self) -> None:
+        self.mixings = Dispatcher(Store(indexers={REFERENCES_INDEX: reference_index_keys}), name="mixings")
+        self.fallback = FakeSecrets()
+        self.made: list[FakeWatch] = []
+        self.secrets = WatchedSecretKeys(
+            mixings=self.mixings.store, watch=self._watch, fallback=self.fallback
+        )
+        self.mixings.add_handler(self.secrets)
+
+    def _watch(self, namespace: str, name: str) -> FakeWatch:
+        watch = FakeWatch(namespace, name)
+        self.made.append(watch)
+        return watch
+
+    def watch(self, namespace: str, name: str) -> FakeWatch:
+        (watch,) = [w for w in self.made if w.name == f"{namespace}/{name}" and not w.stopped]
+        return watch
+
+
+async def _spin() -> None:
+    """Let every ready task run (a few loop iterations; no time passes)."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def _slurm_with_secret(namespace: str, name: str) -> dict[str, Any]:
+    return {"slurm": slurm_spec(auth={"tokenSecretRef": {"namespace": namespace, "name": name}})}
+
+
+class TestWatchedSecretKeys:
+    def test_the_transform_keeps_key_names_never_values(self) -> None:
+        kept = secret_key_names(_secret("slurm", "jwt", token="c2VjcmV0", extra="eA=="))
+        assert kept == {
+            "metadata": {"namespace": "slurm", "name": "jwt", "resourceVersion": "1", "uid": "s-1"},
+            "keyNames": ["extra", "token"],
+        }
+        assert "c2VjcmV0" not in repr(kept)
+
+    def test_one_watch_per_named_secret_following_the_specs(self) -> None:
+        world = SecretsWorld()
+        world.mixings.upsert(_mixing(_slurm_with_secret("slurm", "jwt"), name="a"))
+        world.mixings.upsert(_mixing(_slurm_with_secret("slurm", "jwt"), name="b"))
+        world.mixings.upsert(_mixing({"ray": ray_spec()}, name="ray-only"))
+        assert world.secrets.watched == [("slurm", "jwt")]
+        assert len(world.made) == 1
+
+        # "a" moves to another Secret: "b" still names the first one.
+        world.mixings.upsert(_mixing(_slurm_with_secret("slurm", "jwt2"), name="a", generation=2))
+        assert world.secrets.watched == [("slurm", "jwt"), ("slurm", "jwt2")]
+        world.mixings.delete(_mixing({}, name="b"))
+        assert world.secrets.watched == [("slurm", "jwt2")]
+        assert [(w.name, w.stopped) for w in world.made] == [("slurm/jwt", True), ("slurm/jwt2", False)]
+        world.mixings.delete(_mixing({}, name="a"))
+        assert world.secrets.watched == []
+        assert all(w.stopped for w in world.made)
+
+    async def test_read_from_the_watch_once_listed_else_with_a_get(self) -> None:
+        world = SecretsWorld()
+        world.mixings.upsert(_mixing(_slurm_with_secret("slurm", "jwt")))
+        watch = world.watch("slurm", "jwt")
+        # Not listed yet (or forbidden by RBAC: it never lists): the fallback GET answers.
+        assert await world.secrets("slurm", "jwt") == frozenset({"token"})
+        assert world.fallback.reads == 1
+        # Not watched at all (no WorkloadMixing names it): a GET too.
+        assert await world.secrets("other", "jwt") is None
+        assert world.fallback.reads == 2
+
+        assert not world.secrets.has_listed("slurm", "jwt")
+        watch.replace([_secret("slurm", "jwt", token="dA==", ca="Yw==")])
+        assert world.secrets.has_listed("slurm", "jwt")
+        for _ in range(3):
+            assert await world.secrets("slurm", "jwt") == frozenset({"ca", "token"})
+        watch.delete(_secret("slurm", "jwt"))
+        assert await world.secrets("slurm", "jwt") is None
+        assert world.fallback.reads == 2  # every read after the list came from the watch
+
+    async def test_run_starts_every_watch_including_later_ones_and_stop_ends_them(self) -> None:
+        world = SecretsWorld()
+        world.mixings.upsert(_mixing(_slurm_with_secret("slurm", "jwt"), name="a"))
+        first = world.watch("slurm", "jwt")
+        async with asyncio.TaskGroup() as tg:
+            task = tg.create_task(world.secrets.run())
+            await _spin()
+            assert first.is_running()
+            world.mixings.upsert(_mixing(_slurm_with_secret("slurm", "other"), name="b"))
+            second = world.watch("slurm", "other")
+            await _spin()
+            assert second.is_running()
+            world.mixings.delete(_mixing({}, name="a"))
+            await _spin()
+            assert not first.is_running()
+            world.secrets.stop()
+        assert task.done()
+        assert not second.is_running()
+
+    async def test_secret_changes_requeue_the_mixing_but_a_rotated_value_does_not(self, world: World) -> None:
+        """Through a controller: the Secret appearing heals Ready; a new token value costs nothing."""
+        mixings = Dispatcher(world.mixings, name="mixings")
+        made: dict[str, FakeWatch] = {}
+
+        def new_watch(namespace: str, name: str) -> FakeWatch:
+            made[f"{namespace}/{name}"] = FakeWatch(namespace, name)
+            return made[f"{namespace}/{name}"]
+
+        world.secrets.secrets.clear()
+        secrets = WatchedSecretKeys(mixings=world.mixings, watch=new_watch, fallback=world.secrets)
+        mixings.add_handler(secrets)
+        reconciles = 0
+        reconciler = world.make_reconciler(secrets)
+
+        class Counting:
+            async def reconcile(self, request: Request) -> Result:
+                nonlocal reconciles
+                reconciles += 1
+                return await reconciler.reconcile(request)
+
+        controller = Controller(name="mixing-secrets-test", reconciler=Counting())
+        kueue = [
+            Dispatcher(world.local_queues, name="localqueues"),
+            Dispatcher(world.priority_classes, name="priorityclasses"),
+            Dispatcher(world.topologies, name="topologies"),
+        ]
+        watch_sources(
+            controller,
+            mixings=mixings,
+            local_queues=kueue[0],
+            priority_classes=kueue[1],
+            topologies=kueue[2],
+            secrets=secrets,
+        )
+        kueue[0].replace([_local_queue("k8s-bridge", "hpc")])
+        kueue[1].replace([])
+        kueue[2].replace([])
+        mixings.replace([_mixing({"slurm": slurm_spec()})])
+        watch = made["slurm/jwt"]
+        watch.replace([])  # listed: no such Secret
+        async with asyncio.TaskGroup() as tg:
+            task = tg.create_task(controller.run())
+            await TestWhatQueuesAReconcile._settle(controller)
+            assert world.ready()[:2] == ("False", "SecretNotFound")
+            before = reconciles
+
+            watch.upsert(_secret("slurm", "jwt", version="2", token="b25l"))
+            await TestWhatQueuesAReconcile._settle(controller)
+            assert world.ready()[:2] == ("True", "ConfigurationValid")
+            assert reconciles == before + 1
+
+            watch.upsert(_secret("slurm", "jwt", version="3", token="dHdv"))  # a rotated token
+            await TestWhatQueuesAReconcile._settle(controller)
+            assert reconciles == before + 1
+            assert world.secrets.reads == 0  # no GET: every read came from the watch
+
+            watch.upsert(_secret("slurm", "jwt", version="4", other="dHdv"))  # the key is gone
+            await TestWhatQueuesAReconcile._settle(controller)
+            assert world.ready()[:2] == ("False", "SecretKeyNotFound")
+            controller.stop()
+            await task
+
+
+class TestMixingController:
+    async def test_runs_the_secret_watches_while_it_runs(self, world: World) -> None:
+        secrets_world = SecretsWorld()
+        secrets_world.mixings.upsert(_mixing(_slurm_with_secret("slurm", "jwt")))
+        watch = secrets_world.watch("slurm", "jwt")
+        controller = MixingController(
+            name="mixing-run-test", reconciler=world.reconciler, secrets=secrets_world.secrets
+        )
+        async with asyncio.TaskGroup() as tg:
+            task = tg.create_task(controller.run())
+            await _spin()
+            assert watch.is_running()
+            controller.stop()
+        assert task.done()
+        assert not watch.is_running()
+
+        # What the controller raises comes out as itself, not inside an exception group.
+        with pytest.raises(RuntimeError, match="already ran"):
+            await controller.run()
+        assert not watch.is_running()
 
 
 # --- index and mappers -----------------------------------------------------------------------------
@@ -457,6 +821,7 @@ class TestWhatQueuesAReconcile:
             assert world.secrets.reads == 1
 
             # What does matter: new counts, a new generation, a LocalQueue that goes away.
+            world.clock.advance(5.0)  # (counts alone are written at most every 5 s: TestCountsWrites)
             world.board.set("site", "slurm", SourceCounts(held=3))
             await self._settle(controller)
             assert world.secrets.reads == 2
@@ -487,6 +852,7 @@ class TestReferenceIndex:
         assert reference_index_keys(_mixing(spec)) == [
             "LocalQueue:k8s-bridge/hpc",
             "LocalQueue:team/gpu",
+            "Secret:slurm/jwt",
             "TopologyLevel:example.com/rack",
             "WorkloadPriorityClass:low",
         ]
