@@ -53,7 +53,7 @@ from bridge.runtime.logging import configure_logging
 from bridge.runtime.manager import Manager, Runnable, ShutdownTimeoutError
 from bridge.runtime.metrics import REGISTRY, runtime_metrics
 from bridge.runtime.probes import ProbeServer
-from bridge.runtime.queue import WorkQueue
+from bridge.runtime.queue import LOW_PRIORITY, WorkQueue
 from bridge.runtime.ratelimit import (
     BucketRateLimiter,
     ItemExponentialFailureRateLimiter,
@@ -67,6 +67,7 @@ from bridge.runtime.sources import NOT_MODIFIED, NotModified, PolledSource
 from bridge.runtime.webhook import AdmissionResponse, WebhookServer
 
 __all__ = [
+    "LOW_PRIORITY",
     "NOT_MODIFIED",
     "REGISTRY",
     "AdmissionResponse",

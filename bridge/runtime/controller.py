@@ -11,6 +11,13 @@ backoff (a ``TerminalError`` is logged and counted but not retried); ``Result(re
 forget the failures, reconcile again in ``s`` seconds; otherwise forget. Each reconcile runs with a
 fresh ``reconcile_id`` (and the controller and key) bound into structlog's context variables, so
 every log line it writes carries them.
+
+Priorities, as controller-runtime's ``handler.WithLowPriorityWhenUnchanged`` on its priority queue:
+the handler a controller registers on each source adds a request at ``LOW_PRIORITY`` when nothing
+changed (an add from the source's initial list, an update whose resourceVersion did not change: a
+resync or a relist), else at 0. So after a restart a real change is reconciled before the backlog of
+initial adds. A requeue (error, ``requeue_after``) keeps the priority the request was handed out
+with, unless the result names another (``Result(priority=...)``).
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from prometheus_client import CollectorRegistry
 
 from bridge.runtime.handlers import Object, Source
 from bridge.runtime.metrics import REGISTRY, runtime_metrics
-from bridge.runtime.queue import WorkQueue
+from bridge.runtime.queue import LOW_PRIORITY, WorkQueue
 from bridge.runtime.ratelimit import RateLimiter
 
 __all__ = [
@@ -70,9 +77,14 @@ class Request(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Result:
-    """What a reconcile asks for: nothing more (the default), or to run again after some seconds."""
+    """What a reconcile asks for: nothing more (the default), or to run again after some seconds.
+
+    ``priority`` is the queue priority of that requeue; ``None`` (the default) keeps the priority the
+    request was handed out with, as controller-runtime's ``Result.Priority``.
+    """
 
     requeue_after: float | None = None
+    priority: int | None = None
 
 
 class TerminalError(Exception):
@@ -143,36 +155,61 @@ def label_mapper(label: str, *, namespace: str | None = None) -> Mapper:
     return mapper
 
 
+def _resource_version(obj: Object) -> str | None:
+    meta = obj.get("metadata")
+    return meta.get("resourceVersion") if meta else None
+
+
+def _is_unchanged(old: Object, new: Object) -> bool:
+    """An update that changed nothing: both sides carry the same, non-empty resourceVersion.
+
+    What a resync or a relist delivers for an object that did not change. controller-runtime compares
+    the resourceVersions alone; here an object without one (a polled Slurm job, a synthetic object)
+    never counts as unchanged, since its sources deliver only real changes as updates.
+    """
+    version = _resource_version(old)
+    return bool(version) and version == _resource_version(new)
+
+
 class _Enqueuer:
-    """The event handler a controller registers on each watched source."""
+    """The event handler a controller registers on each watched source.
 
-    __slots__ = ("_controller", "_map", "_queue")
+    With ``low_priority_when_unchanged`` (controller-runtime's ``WithLowPriorityWhenUnchanged``),
+    adds from the source's initial list and unchanged updates are queued at ``LOW_PRIORITY``.
+    """
 
-    def __init__(self, queue: WorkQueue[Request], map_to: Mapper, controller: str) -> None:
+    __slots__ = ("_controller", "_low", "_map", "_queue")
+
+    def __init__(
+        self, queue: WorkQueue[Request], map_to: Mapper, controller: str, *, low_priority_when_unchanged: bool
+    ) -> None:
         self._queue = queue
         self._map = map_to
         self._controller = controller
+        self._low = low_priority_when_unchanged
 
-    def _enqueue(self, obj: Object) -> None:
+    def _enqueue(self, obj: Object, priority: int) -> None:
         try:
             requests = self._map(obj)
         except Exception:
             # A mapper bug must not break the source that calls us; the object is skipped.
             log.exception("mapping an object to requests failed", controller=self._controller)
             return
+        add = self._queue.add
         for request in requests:
-            self._queue.add(request)
+            add(request, priority)
 
     def on_add(self, obj: Object, *, is_initial_list: bool) -> None:
-        self._enqueue(obj)
+        self._enqueue(obj, LOW_PRIORITY if is_initial_list and self._low else 0)
 
     def on_update(self, old: Object, new: Object) -> None:
+        priority = LOW_PRIORITY if self._low and _is_unchanged(old, new) else 0
         # Both: a changed owner or label moves the object from one request to another.
-        self._enqueue(new)
-        self._enqueue(old)
+        self._enqueue(new, priority)
+        self._enqueue(old, priority)
 
     def on_delete(self, obj: Object) -> None:
-        self._enqueue(obj)
+        self._enqueue(obj, 0)
 
 
 class Controller:
@@ -203,7 +240,7 @@ class Controller:
         self._workers = max_concurrent_reconciles
         self._cache_sync_timeout = cache_sync_timeout
         self._queue: WorkQueue[Request] = WorkQueue(name=name, rate_limiter=rate_limiter, registry=registry)
-        self._watches: list[tuple[Source, Mapper]] = []
+        self._watches: list[tuple[Source, Mapper, bool]] = []
         self._started = False
         self._stopping = False
         self._synced = False
@@ -233,11 +270,18 @@ class Controller:
         """True once every watched source has synced and the workers run."""
         return self._synced
 
-    def watch(self, source: Source, *, map_to: Mapper = own_key) -> None:
-        """Reconcile the requests ``map_to`` gives for each object ``source`` adds, updates or deletes."""
+    def watch(
+        self, source: Source, *, map_to: Mapper = own_key, low_priority_when_unchanged: bool = True
+    ) -> None:
+        """Reconcile the requests ``map_to`` gives for each object ``source`` adds, updates or deletes.
+
+        With ``low_priority_when_unchanged`` (the default, as controller-runtime's builder), adds from
+        the source's initial list and updates that changed nothing (same resourceVersion: a resync)
+        are queued at ``LOW_PRIORITY``, behind every real change.
+        """
         if self._started:
             raise RuntimeError(f"controller {self.name}: watch() after run()")
-        self._watches.append((source, map_to))
+        self._watches.append((source, map_to, low_priority_when_unchanged))
 
     def stop(self) -> None:
         """Stop taking keys; ``run`` returns once the in-flight reconciles have finished."""
@@ -250,8 +294,8 @@ class Controller:
         self._started = True
         bound = log.bind(controller=self.name)
         try:
-            for source, map_to in self._watches:
-                source.add_handler(_Enqueuer(self._queue, map_to, self.name))
+            for source, map_to, low in self._watches:
+                source.add_handler(_Enqueuer(self._queue, map_to, self.name, low_priority_when_unchanged=low))
             await self._wait_for_sync()
             if self._stopping:
                 return
@@ -267,7 +311,7 @@ class Controller:
             self._queue.shutdown()
 
     async def _wait_for_sync(self) -> None:
-        sources = [source for source, _ in self._watches]
+        sources = [source for source, _, _ in self._watches]
         deadline = time.monotonic() + self._cache_sync_timeout
         while not self._stopping and not all(source.has_synced() for source in sources):
             if time.monotonic() >= deadline:
@@ -283,20 +327,21 @@ class Controller:
         structlog.contextvars.bind_contextvars(controller=self.name)
         queue = self._queue
         while True:
-            request = await queue.get()
-            if request is None:
+            got = await queue.get_with_priority()
+            if got is None:
                 return
+            request, priority = got
             if self._stopping:
                 queue.done(request)
                 return
             self._m_active.inc()
             try:
-                await self._reconcile(request)
+                await self._reconcile(request, priority)
             finally:
                 self._m_active.dec()
                 queue.done(request)
 
-    async def _reconcile(self, request: Request) -> None:
+    async def _reconcile(self, request: Request, priority: int) -> None:
         queue = self._queue
         started = time.perf_counter()
         structlog.contextvars.bind_contextvars(
@@ -314,14 +359,16 @@ class Controller:
             self._m_error.inc()
             log.exception("reconciler error", terminal=True)
         except Exception:
-            queue.add_rate_limited(request)
+            queue.add_rate_limited(request, priority=priority)
             self._m_errors.inc()
             self._m_error.inc()
             log.exception("reconciler error", retries=queue.num_requeues(request))
         else:
             queue.forget(request)
             if result.requeue_after is not None and result.requeue_after > 0:
-                queue.add_after(request, result.requeue_after)
+                if result.priority is not None:
+                    priority = result.priority
+                queue.add_after(request, result.requeue_after, priority=priority)
                 self._m_requeue_after.inc()
             else:
                 self._m_success.inc()

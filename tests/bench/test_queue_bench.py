@@ -2,7 +2,9 @@
 
 Prints keys/s for the ``WorkQueue`` (synchronous core, async workers with and without one await, and
 a whole ``Controller`` with a reconciler that does nothing), for ``asyncio.Queue`` and for a minimal
-dedup queue (a set and a deque) doing the same work, and the ratios. No timed assertions: figures on
+dedup queue (a set and a deque) doing the same work, and the ratios; and the cost of priorities: a
+restart's shape (every key at ``LOW_PRIORITY``, one in a hundred upgraded by a live event) beside
+the same keys at the default priority. No timed assertions: figures on
 a shared machine vary; the ratios are what to compare. Run: ``tox -e bench -- -k queue`` or
 ``pytest tests/bench/test_queue_bench.py -s``.
 
@@ -34,7 +36,7 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from bridge.runtime.controller import Controller, Request, Result
-from bridge.runtime.queue import WorkQueue
+from bridge.runtime.queue import LOW_PRIORITY, WorkQueue
 
 N = 200_000
 REPEATS = 3
@@ -70,6 +72,25 @@ def sync_workqueue() -> float:
         q: WorkQueue[Request] = WorkQueue(name="bench", registry=CollectorRegistry())
         for k in ks:
             q.add(k)
+        get, done = q.get_nowait, q.done
+        for _ in range(N):
+            done(get())
+
+    return timed(run)
+
+
+def sync_workqueue_restart_backlog() -> float:
+    """An initial list: N keys at ``LOW_PRIORITY``, every 100th upgraded by a live add; drain all."""
+    ks = keys()
+    live = ks[::100]
+
+    def run() -> None:
+        q: WorkQueue[Request] = WorkQueue(name="bench", registry=CollectorRegistry())
+        add = q.add
+        for k in ks:
+            add(k, LOW_PRIORITY)
+        for k in live:
+            add(k)
         get, done = q.get_nowait, q.done
         for _ in range(N):
             done(get())
@@ -179,6 +200,7 @@ async def test_queue_throughput() -> None:
         rows = [
             ("WorkQueue add/get_nowait/done (no await)", sync_wq, "minimal set+deque dedup", sync_min),
         ]
+        backlog = best_rate(sync_workqueue_restart_backlog)
         for one_await in (False, True):
             wq = max([await async_workqueue(one_await=one_await) for _ in range(REPEATS)])
             base = max([await async_queue_baseline(one_await=one_await) for _ in range(REPEATS)])
@@ -188,6 +210,7 @@ async def test_queue_throughput() -> None:
         rows.append(
             ("Controller, trivial reconcile (metrics, ids, logs ctx)", ctl, "WorkQueue async", rows[1][1])
         )
+        rows.append(("WorkQueue, N low + 1% upgraded (no await)", backlog, "WorkQueue, all at 0", sync_wq))
     finally:
         structlog.reset_defaults()
     print(f"\nqueue throughput, {N} distinct keys, best of {REPEATS} (keys/s)")

@@ -17,12 +17,15 @@ from bridge.runtime.controller import (
     Request,
     Result,
     TerminalError,
+    _Enqueuer,
     label_mapper,
     own_key,
     owner_mapper,
 )
 from bridge.runtime.handlers import EventHandler, Object
+from bridge.runtime.queue import LOW_PRIORITY, WorkQueue
 from bridge.runtime.ratelimit import ItemExponentialFailureRateLimiter
+from bridge.runtime.sources import PolledSource
 
 
 def obj(name: str, namespace: str = "ns", **meta: Any) -> Object:
@@ -434,3 +437,177 @@ def test_bad_options_are_refused() -> None:
         Controller(name="", reconciler=Script(), registry=CollectorRegistry())
     with pytest.raises(ValueError):  # noqa: PT011
         Controller(name="x", reconciler=Script(), max_concurrent_reconciles=0, registry=CollectorRegistry())
+
+
+# -- priorities: initial-list and unchanged events queue behind live ones ------------------------
+
+
+def backlog(source: FakeSource, n: int) -> list[Request]:
+    """``n`` objects the source already holds: a new handler gets them as its initial list."""
+    for i in range(n):
+        source.objects[f"o{i}"] = obj(f"o{i}", resourceVersion=str(i + 1))
+    return [Request("ns", f"o{i}") for i in range(n)]
+
+
+class Gate:
+    """A reconciler whose first reconcile waits until ``release``; it records every request."""
+
+    def __init__(self) -> None:
+        self.calls: list[Request] = []
+        self.started = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    async def reconcile(self, request: Request) -> Result:
+        self.calls.append(request)
+        if len(self.calls) == 1:
+            self.started.set()
+            await self.gate.wait()
+        return Result()
+
+
+async def test_a_live_event_overtakes_an_initial_list_backlog(registry: CollectorRegistry) -> None:
+    """After a restart, 1,000 unchanged objects are queued; real changes made meanwhile go first."""
+    gate = Gate()
+    controller = Controller(name="test", reconciler=gate, registry=registry)
+    source = FakeSource()
+    controller.watch(source)
+    initial = backlog(source, 1000)
+    task = asyncio.create_task(controller.run())
+    await asyncio.wait_for(gate.started.wait(), 2)  # o0 in flight, o1..o999 queued (initial list)
+    source.update(obj("o999", resourceVersion="5000", labels={"changed": "yes"}))  # a real change
+    source.add(obj("new"))  # a live add
+    source.update(source.objects["o500"])  # a resync: same resourceVersion, stays where it is
+    gate.gate.set()
+    try:
+        async with asyncio.timeout(5):
+            while len(gate.calls) < 1001:
+                await asyncio.sleep(0.005)
+    finally:
+        controller.stop()
+        await asyncio.wait_for(task, 2)
+    assert gate.calls[:3] == [Request("ns", "o0"), Request("ns", "o999"), Request("ns", "new")]
+    assert gate.calls[3:] == initial[1:999], "the backlog follows, in order, each key once"
+
+
+async def test_without_low_priority_the_backlog_goes_first(registry: CollectorRegistry) -> None:
+    """``low_priority_when_unchanged=False``: the classic FIFO, the live event waits its turn."""
+    gate = Gate()
+    controller = Controller(name="test", reconciler=gate, registry=registry)
+    source = FakeSource()
+    controller.watch(source, low_priority_when_unchanged=False)
+    initial = backlog(source, 100)
+    task = asyncio.create_task(controller.run())
+    await asyncio.wait_for(gate.started.wait(), 2)
+    source.add(obj("new"))
+    gate.gate.set()
+    try:
+        async with asyncio.timeout(5):
+            while len(gate.calls) < 101:
+                await asyncio.sleep(0.005)
+    finally:
+        controller.stop()
+        await asyncio.wait_for(task, 2)
+    assert gate.calls == [*initial, Request("ns", "new")]
+
+
+async def test_a_changed_polled_job_overtakes_the_first_list(registry: CollectorRegistry) -> None:
+    """PolledSource: its first list is an initial list; a later poll's change is a live event."""
+    polls: list[list[Object]] = [
+        [{"job_id": i, "state": "PENDING"} for i in range(300)],
+        [{"job_id": i, "state": "RUNNING" if i == 299 else "PENDING"} for i in range(300)],
+    ]
+
+    async def poll() -> list[Object]:
+        return polls.pop(0)
+
+    jobs = PolledSource(name="jobs", poll=poll, key=lambda o: str(o["job_id"]), interval=3600.0)
+    gate = Gate()
+    controller = Controller(name="test", reconciler=gate, registry=registry)
+    controller.watch(jobs, map_to=lambda o: (Request("", str(o["job_id"])),))
+    task = asyncio.create_task(controller.run())
+    await jobs.poll_once()  # the first list, delivered to the controller's handler
+    await asyncio.wait_for(gate.started.wait(), 2)
+    await jobs.poll_once()  # job 299 changed
+    gate.gate.set()
+    try:
+        async with asyncio.timeout(5):
+            while len(gate.calls) < 300:
+                await asyncio.sleep(0.005)
+    finally:
+        controller.stop()
+        await asyncio.wait_for(task, 2)
+    assert gate.calls[:3] == [Request("", "0"), Request("", "299"), Request("", "1")]
+    assert len(set(gate.calls)) == 300
+
+
+def test_unchanged_means_the_same_resource_version() -> None:
+    added: list[tuple[Request, int]] = []
+
+    class Recording:
+        def add(self, key: Request, priority: int = 0) -> None:
+            added.append((key, priority))
+
+    enqueuer = _Enqueuer(Recording(), own_key, "test", low_priority_when_unchanged=True)  # type: ignore[arg-type]
+    enqueuer.on_add(obj("a"), is_initial_list=True)
+    enqueuer.on_add(obj("b"), is_initial_list=False)
+    same = obj("c", resourceVersion="7")
+    enqueuer.on_update(same, same)  # a resync
+    enqueuer.on_update(same, obj("c", resourceVersion="8"))
+    # No resourceVersion (a polled job, a synthetic object): its sources send only real changes.
+    enqueuer.on_update(obj("d"), obj("d"))
+    enqueuer.on_delete(same)
+    low, normal = LOW_PRIORITY, 0
+    assert added == [
+        (Request("ns", "a"), low),
+        (Request("ns", "b"), normal),
+        (Request("ns", "c"), low),
+        (Request("ns", "c"), low),
+        (Request("ns", "c"), normal),
+        (Request("ns", "c"), normal),
+        (Request("ns", "d"), normal),
+        (Request("ns", "d"), normal),
+        (Request("ns", "c"), normal),
+    ]
+
+
+async def test_requeues_keep_the_priority_handed_out_unless_the_result_names_one(
+    registry: CollectorRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As controller-runtime: a retry or requeue_after of a low-priority key stays low."""
+    delayed: list[tuple[Request, int]] = []
+    original = WorkQueue.add_after
+
+    def recording(self: WorkQueue[Request], key: Request, delay: float, *, priority: int = 0) -> None:
+        delayed.append((key, priority))
+        original(self, key, delay, priority=priority)
+
+    monkeypatch.setattr(WorkQueue, "add_after", recording)
+    outcomes: dict[str, Result | Exception] = {
+        "fails": RuntimeError("retry me"),
+        "later": Result(requeue_after=600),
+        "urgent": Result(requeue_after=600, priority=0),
+    }
+
+    class ByName:
+        async def reconcile(self, request: Request) -> Result:
+            outcome = outcomes.get(request.name, Result())
+            if isinstance(outcome, Exception):
+                raise outcome
+            return outcome
+
+    controller = Controller(
+        name="test",
+        reconciler=ByName(),
+        rate_limiter=ItemExponentialFailureRateLimiter(base=600),
+        registry=registry,
+    )
+    source = FakeSource()
+    controller.watch(source)
+    for name in outcomes:
+        source.objects[name] = obj(name, resourceVersion="1")  # initial list: low priority
+    await run_until(controller, lambda: len(delayed) == 3)
+    assert sorted(delayed) == [
+        (Request("ns", "fails"), LOW_PRIORITY),
+        (Request("ns", "later"), LOW_PRIORITY),
+        (Request("ns", "urgent"), 0),
+    ]

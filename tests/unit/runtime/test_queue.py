@@ -1,4 +1,7 @@
-"""The work queue on a real event loop: waking getters, delays, shutdown, and concurrent workers."""
+"""The work queue on a real event loop: waking getters, delays, shutdown, priorities, concurrent workers.
+
+The full semantics are checked against a model in ``test_queue_stateful.py``; these are examples.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ import random
 
 import pytest
 
-from bridge.runtime.queue import WorkQueue
+from bridge.runtime.queue import LOW_PRIORITY, WorkQueue
 from bridge.runtime.ratelimit import ItemExponentialFailureRateLimiter
 
 
@@ -151,7 +154,8 @@ async def test_a_cancelled_woken_getter_passes_the_key_on() -> None:
 
 
 async def test_concurrent_workers_never_share_a_key_and_lose_nothing() -> None:
-    """Eight workers, random adds during processing: per key no overlap, and the last add is seen."""
+    """Eight workers, random adds (and priorities) during processing: per key no overlap, and the
+    last add is seen."""
     rng = random.Random(7)
     queue: WorkQueue[int] = WorkQueue()
     in_flight: set[int] = set()
@@ -175,7 +179,7 @@ async def test_concurrent_workers_never_share_a_key_and_lose_nothing() -> None:
         for _ in range(2000):
             key = rng.randrange(20)
             version[key] += 1
-            queue.add(key)
+            queue.add(key, priority=rng.choice((LOW_PRIORITY, 0, 0, 5)))
             if rng.random() < 0.3:
                 await asyncio.sleep(0)
 
@@ -191,3 +195,92 @@ async def test_concurrent_workers_never_share_a_key_and_lose_nothing() -> None:
     # Level-based: the last reconcile of each key saw its final state.
     touched = {k for k, v in version.items() if v}
     assert {k: seen[k] for k in touched} == {k: version[k] for k in touched}
+
+
+async def test_higher_priority_first_fifo_within_upgrade_never_downgrade() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    for key in ("old-1", "old-2", "old-3"):
+        queue.add(key, priority=LOW_PRIORITY)  # an initial list
+    queue.add("live")
+    queue.add("old-3")  # a live event for a key of the backlog: upgraded, to the back of its line
+    queue.add("live", priority=LOW_PRIORITY)  # never downgraded
+    queue.add("urgent", priority=10)
+    assert len(queue) == 5
+    got = [queue.get_nowait_with_priority() for _ in range(5)]
+    assert got == [
+        ("urgent", 10),
+        ("live", 0),
+        ("old-3", 0),
+        ("old-1", LOW_PRIORITY),
+        ("old-2", LOW_PRIORITY),
+    ]
+    with pytest.raises(asyncio.QueueEmpty):
+        queue.get_nowait()
+
+
+async def test_dirtied_while_processing_comes_back_at_its_highest_priority() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    queue.add("a", priority=LOW_PRIORITY)
+    queue.add("b", priority=LOW_PRIORITY)
+    assert await queue.get_with_priority() == ("a", LOW_PRIORITY)
+    queue.add("a", priority=LOW_PRIORITY)  # a resync while a is reconciled...
+    queue.add("a")  # ...and a real change: the higher priority wins
+    queue.done("a")
+    assert await queue.get_with_priority() == ("a", 0)
+    queue.done("a")
+    assert await queue.get_with_priority() == ("b", LOW_PRIORITY)
+
+
+async def test_a_delayed_key_keeps_its_earliest_time_and_highest_priority() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    queue.add("backlog", priority=LOW_PRIORITY)
+    queue.add_after("retry", 0.02, priority=LOW_PRIORITY)
+    queue.add_after("retry", 30.0, priority=5)  # later: the time stays, the priority rises
+    queue.add_after("retry", 60.0, priority=LOW_PRIORITY)  # neither changes
+    assert await asyncio.wait_for(queue.get_with_priority(), 2) == ("backlog", LOW_PRIORITY)
+    assert await asyncio.wait_for(queue.get_with_priority(), 2) == ("retry", 5)
+    queue.done("retry")
+    await asyncio.sleep(0.05)
+    assert len(queue) == 0, "the superseded delays do not fire again"
+
+
+async def test_a_waiting_getter_gets_a_key_added_at_any_priority() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    getter = asyncio.create_task(queue.get_with_priority())
+    await asyncio.sleep(0.01)
+    queue.add("a", priority=LOW_PRIORITY)
+    assert await asyncio.wait_for(getter, 1) == ("a", LOW_PRIORITY)
+    queue.shutdown()
+    assert await queue.get_with_priority() is None
+
+
+def test_entries_left_behind_by_upgrades_are_skipped() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    queue.add("a", priority=LOW_PRIORITY)
+    queue.add("a")  # upgraded: an entry stays behind in the low line
+    assert queue.get_nowait_with_priority() == ("a", 0)
+    queue.done("a")
+    queue.add("a", priority=LOW_PRIORITY)
+    queue.add("a")  # a second one, behind the first
+    queue.add("b", priority=LOW_PRIORITY)
+    assert len(queue) == 2
+    assert queue.get_nowait_with_priority() == ("a", 0)
+    assert queue.get_nowait_with_priority() == ("b", LOW_PRIORITY)
+    with pytest.raises(asyncio.QueueEmpty):
+        queue.get_nowait()
+    assert len(queue) == 0
+
+
+def test_an_entry_left_behind_in_line_zero_is_skipped() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    queue.add("y")
+    queue.add("x")
+    queue.add("x", priority=7)
+    assert queue.get_nowait_with_priority() == ("x", 7)
+    assert queue.get_nowait_with_priority() == ("y", 0)
+    with pytest.raises(asyncio.QueueEmpty):
+        queue.get_nowait()  # not x again: it is being processed
+    queue.done("x")
+    queue.done("y")
+    queue.add("z")
+    assert queue.get_nowait_with_priority() == ("z", 0)
