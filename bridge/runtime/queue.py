@@ -37,7 +37,8 @@ only line 0 exists, ``get`` takes it directly, as client-go's single FIFO. An up
 key's old entry behind in the lower line, counted as stale and skipped when it surfaces, instead of
 an O(n) removal; lines other than 0 are dropped once drained. Delays need no task of their own:
 the queue owns at most one timer handle on the loop, armed for the earliest delayed key only while
-some ``get`` is waiting, and due keys are also promoted whenever the queue is used. Metrics are
+some ``get`` is waiting, and due keys are also promoted whenever the queue is used (``len`` and
+``stats``, hence ``workqueue_depth``, included). Metrics are
 plain counters read at scrape time (see ``bridge.runtime.metrics``).
 """
 
@@ -164,7 +165,16 @@ class WorkQueue(Generic[K]):
         return self._shutting_down
 
     def __len__(self) -> int:
-        """Keys ready to be handed out now (not the delayed ones, not those being processed)."""
+        """Keys ready to be handed out now (not the delayed ones, not those being processed).
+
+        Delayed keys that have fallen due count: they are moved into their lines first, as every
+        other operation does, so the depth does not wait for the next add, get, done or timer.
+        """
+        heap = self._heap
+        if heap:
+            now = self._clock()
+            if heap[0][0] <= now:
+                self._promote(now)
         return sum([len(line) for _, line in self._levels]) - self._n_stale
 
     # -- adding ---------------------------------------------------------------------------------
@@ -363,13 +373,14 @@ class WorkQueue(Generic[K]):
     # -- metrics --------------------------------------------------------------------------------
 
     def stats(self) -> QueueStats:
-        """The figures behind the ``workqueue_*`` metrics, as of now."""
+        """The figures behind the ``workqueue_*`` metrics, as of now (delayed keys due count as queued)."""
+        depth = len(self)  # promotes the delayed keys that have fallen due
         now = self._clock()
         started = self._processing.values()
         return QueueStats(
             name=self._name,
             controller=self._controller,
-            depth=len(self),
+            depth=depth,
             adds=self._adds,
             retries=self._retries,
             queue_duration=self._queue_duration,

@@ -15,12 +15,13 @@ its namespaces by name. Commands run inside with ``nsenter --net=/run/netns/<nam
 
 A namespace lives on while any process is in it, even once its name is deleted, and then nothing
 can find it any more: :func:`remove_namespace` therefore kills every process in the namespace
-(:func:`namespace_pids`, the same test as ``ip netns pids``) before deleting it.
+(:func:`namespace_pids`, the same test as ``ip netns pids``; each pid pinned by a pidfd and checked
+again before the signal, so a reused pid is never hit) before deleting it, and keeps the name when
+some are still there after the timeout (:class:`NamespaceBusyError`), so that it can be retried.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import ipaddress
 import os
@@ -134,47 +135,106 @@ def existing_namespaces() -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.startswith(PREFIX)]
 
 
+def _namespace_id(name: str) -> tuple[int, int] | None:
+    """The nsfs identity (device, inode) of the named namespace; None when it does not exist."""
+    try:
+        found = os.stat(NETNS_DIR / name)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+def _net_namespace_of(pid: int) -> tuple[int, int] | None:
+    """The nsfs identity of process ``pid``'s network namespace; None when it is gone or a zombie."""
+    try:
+        found = os.stat(f"/proc/{pid}/ns/net")
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
 def namespace_pids(name: str) -> list[int]:
     """The processes in the named namespace now (what ``ip netns pids <name>`` lists); [] if none.
 
     A process is in it when its ``/proc/<pid>/ns/net`` is the same nsfs inode as ``/run/netns/<name>``.
     Zombies have no namespace left and are not listed.
     """
-    try:
-        wanted = os.stat(NETNS_DIR / name)
-    except OSError:
+    wanted = _namespace_id(name)
+    if wanted is None:
         return []
-    pids: list[int] = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            found = os.stat(f"/proc/{entry.name}/ns/net")
-            if (found.st_dev, found.st_ino) == (wanted.st_dev, wanted.st_ino):
-                pids.append(int(entry.name))
-    return pids
+    return [
+        int(entry.name)
+        for entry in os.scandir("/proc")
+        if entry.name.isdigit() and _net_namespace_of(int(entry.name)) == wanted
+    ]
+
+
+def _kill_in_namespace(pid: int, wanted: tuple[int, int]) -> bool:
+    """SIGKILL process ``pid`` if it is (still) in the namespace ``wanted``; whether it was signalled.
+
+    The pid comes from a scan of /proc, and that process may have exited since and its pid been reused
+    by another one, anywhere on the host. So the process is pinned with a pidfd first, its namespace
+    read again, and the signal sent through the pidfd: if ``/proc/<pid>`` was already another process
+    when the pidfd was opened, the namespace read is that process's and does not match; if the pinned
+    process exits (and the pid is reused) after the check, the signal goes to the exited one and fails.
+    """
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return False
+    try:
+        if _net_namespace_of(pid) != wanted:
+            return False
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    except ProcessLookupError:
+        return False
+    finally:
+        os.close(pidfd)
+    return True
+
+
+class NamespaceBusyError(StackError):
+    """Processes are still in a namespace after killing them for the whole timeout; it is kept."""
+
+    def __init__(self, name: str, pids: list[int]) -> None:
+        super().__init__(
+            f"network namespace {name} still holds processes {pids} after SIGKILL; kept under its name"
+        )
+        self.name = name
+        self.pids = pids
 
 
 def kill_processes(name: str, *, timeout: float = 5.0) -> list[int]:
     """SIGKILL every process in the named namespace, again until none is left (a fork may race the
-    first pass) or ``timeout`` passes; the pids killed."""
+    first pass) or ``timeout`` passes; the pids killed. Each pid is checked to be in the namespace
+    still when it is signalled (:func:`_kill_in_namespace`), so a reused pid is never killed."""
     killed: list[int] = []
     deadline = time.monotonic() + timeout
     while pids := namespace_pids(name):
+        wanted = _namespace_id(name)
+        if wanted is None:
+            break
         for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        killed += [pid for pid in pids if pid not in killed]
+            if _kill_in_namespace(pid, wanted) and pid not in killed:
+                killed.append(pid)
         if time.monotonic() > deadline:
             break
         time.sleep(0.02)
     return killed
 
 
-def remove_namespace(name: str) -> list[int]:
+def remove_namespace(name: str, *, timeout: float = 5.0) -> list[int]:
     """Kill every process in the named namespace, then delete it and its veth pair, knowing only its
-    name (e.g. found after a crash). Nothing to do when it does not exist. Returns the pids killed."""
-    killed = kill_processes(name)
+    name (e.g. found after a crash). Nothing to do when it does not exist. Returns the pids killed.
+
+    Raises :class:`NamespaceBusyError` and deletes nothing when processes are still in it after
+    ``timeout`` seconds of killing: deleting the name would leave them running in a namespace nobody
+    can find any more, while kept it is retried by the next stop or reclaim.
+    """
+    killed = kill_processes(name, timeout=timeout)
+    left = namespace_pids(name)
+    if left:
+        raise NamespaceBusyError(name, left)
     token = name.removeprefix(PREFIX)
     if name.startswith(PREFIX):
         _ip("link", "del", f"kbh{token}", check=False)

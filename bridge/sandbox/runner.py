@@ -36,11 +36,14 @@ when the runner dies. Each pod's network namespace is named after the node and t
 ``<workdir>/pods/<uid>/netns`` *before* the namespace is made (:func:`pod_namespaces`; also how a
 leak check tells this runner's namespaces from other stacks' on the same host). A runner starting on
 a workdir takes its lock (``<workdir>/runner.lock``, one runner per workdir; the kernel frees it when
-the holder dies) and removes every recorded namespace still there, first killing every process in
-it (:func:`reclaim`): children a container forked and left, which the kernel's SIGKILL does not
-reach. Deleting a pod's namespace likewise kills whatever is left in it, so a finished or deleted
-pod leaves no process either; :meth:`ProcessRunner.stop` stops every process it started and deletes
-every namespace it created.
+the holder dies) and one lock per node it serves (``/run/k8s-bridge/runner-<node>.lock``, one runner
+per node whatever its workdir, so a namespace named after one of its nodes is never a live runner's
+but its own or a dead one's), and removes every recorded namespace still there, first killing every
+process in it (:func:`reclaim`): children a container forked and left, which the kernel's SIGKILL
+does not reach. Deleting a pod's namespace likewise kills whatever is left in it (in a thread: it
+scans /proc), so a finished or deleted pod leaves no process either; a namespace whose processes
+survive the kill timeout keeps its name, to be retried. :meth:`ProcessRunner.stop` stops every
+process it started and deletes every namespace it created.
 """
 
 from __future__ import annotations
@@ -83,6 +86,7 @@ from bridge.runtime import (
 )
 from bridge.sandbox.netns import (
     NETNS_DIR,
+    NamespaceBusyError,
     NetworkNamespace,
     create_namespace,
     namespace_name,
@@ -94,6 +98,7 @@ from bridge.sandbox.processes import ManagedProcess, ProcessGroup, StackError
 __all__ = [
     "LOCK_FILE",
     "NETNS_FILE",
+    "NODE_LOCK_DIR",
     "RUNNER_LABEL",
     "ContainerRun",
     "NodeResources",
@@ -107,6 +112,7 @@ __all__ = [
     "expand",
     "hosts_file",
     "lease_manifest",
+    "lock_node",
     "lock_workdir",
     "node_manifest",
     "node_status",
@@ -131,6 +137,9 @@ NETNS_FILE = "netns"
 
 LOCK_FILE = "runner.lock"
 """In the workdir: locked (``flock``) by the runner using it, and holding that runner's pid."""
+
+NODE_LOCK_DIR = Path("/run/k8s-bridge")
+"""Holds ``runner-<node>.lock``, locked (``flock``) by the runner serving that node, whatever its workdir."""
 
 FIELD_MANAGER = "k8s-bridge-process-runner"
 KUBELET_VERSION = "v0.0.0-k8s-bridge-process-runner"
@@ -221,18 +230,48 @@ def lock_workdir(workdir: Path) -> int:
     return fd
 
 
+def lock_node(node: str, *, lock_dir: Path = NODE_LOCK_DIR) -> int:
+    """Lock ``<lock_dir>/runner-<node>.lock`` for as long as the returned descriptor stays open.
+
+    One runner per node, whatever its workdir: a pod's namespace is named after its node and uid, and
+    a runner that finds one of that name removes it (and kills what runs in it) as a leftover of its
+    own, which is only true when no other live runner serves the node. Like :func:`lock_workdir`, the
+    kernel drops the lock when its holder dies, and container processes do not inherit it.
+    """
+    if not node or "/" in node or node in (".", ".."):
+        raise ValueError(f"not a node name: {node!r}")
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    path = lock_dir / f"runner-{node}.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise StackError(f"another process runner (pid {holder}) is serving node {node} ({path})") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
 def reclaim(workdir: Path) -> dict[str, list[int]]:
     """Remove the network namespaces an earlier runner of ``workdir`` left behind (it crashed or was
     killed), each after killing every process still in it; returns each one removed with the pids killed.
 
     Only namespaces recorded under ``<workdir>/pods/`` are touched (other stacks' are not), and only
     while the caller holds the workdir's lock (:func:`lock_workdir`), so none of them is a live runner's.
+    A namespace still holding processes after the kill timeout is left under its name (logged), for
+    the next runner to retry.
     """
     removed: dict[str, list[int]] = {}
     for name in sorted(pod_namespaces(workdir)):
         if not (NETNS_DIR / name).exists():
             continue
-        removed[name] = killed = remove_namespace(name)
+        try:
+            removed[name] = killed = remove_namespace(name)
+        except NamespaceBusyError as error:
+            log.error("process runner: %s", error)
+            continue
         log.warning(
             "process runner: removed namespace %s left by an earlier runner; killed %d processes in it",
             name,
@@ -877,7 +916,7 @@ class _PodWorker:
             log.exception("process runner: pod %s failed unexpectedly; stopping its processes", self._key)
             try:
                 await self._stop_processes(grace=0.0)
-                self._delete_namespace()
+                await self._delete_namespace()
             except Exception:  # the runner's stop() still kills and deletes whatever is left
                 log.exception("process runner: cleanup of pod %s failed", self._key)
         finally:
@@ -921,7 +960,7 @@ class _PodWorker:
             phase = self._phase()
             written = await self._write_status(phase)
             if phase in ("Succeeded", "Failed"):
-                self._delete_namespace()
+                await self._delete_namespace()
                 if written:
                     log.info("process runner: pod %s %s", self._key, phase)
                     return
@@ -1045,7 +1084,7 @@ class _PodWorker:
         )
         log.info("process runner: pod %s deleted, stopping it (grace %.0fs)", self._key, grace)
         await self._stop_processes(grace=grace)
-        self._delete_namespace()
+        await self._delete_namespace()
         for _ in range(10):  # report the terminal phase before the pod goes (a few tries, then go on)
             if self.gone or await self._write_status(terminal_phase(self._runs(init=False))):
                 return
@@ -1134,10 +1173,10 @@ class _PodWorker:
         self._written = status
         return True
 
-    def _delete_namespace(self) -> None:
+    async def _delete_namespace(self) -> None:
         if self.namespace is not None:
-            self._runner.delete_namespace(self.namespace)
-            self.namespace = None
+            namespace, self.namespace = self.namespace, None
+            await self._runner.delete_namespace(namespace)
 
 
 class ProcessRunner:
@@ -1172,6 +1211,7 @@ class ProcessRunner:
         lease_duration: int = 40,
         heartbeat_interval: float = 10.0,
         watch_timeout: int = 300,
+        node_lock_dir: Path = NODE_LOCK_DIR,
     ) -> None:
         if not node_names:
             raise ValueError("a process runner needs at least one node name")
@@ -1197,12 +1237,15 @@ class ProcessRunner:
         self._session: Session | None = None
         self._client: Client | None = None
         self._lock: int | None = None
+        self._node_locks: list[int] = []
+        self.node_lock_dir = node_lock_dir
         self._main: asyncio.Task[None] | None = None
         self._tasks: asyncio.TaskGroup | None = None
         self._workers: dict[str, _PodWorker] = {}
         self._node_uids: dict[str, str] = {}
         self._namespaces: dict[str, NetworkNamespace] = {}
         self._creating: set[asyncio.Future[NetworkNamespace]] = set()
+        self._deleting: set[asyncio.Future[None]] = set()
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -1214,6 +1257,8 @@ class ProcessRunner:
         check_prerequisites()
         self._lock = lock_workdir(self.workdir)
         try:
+            for name in self.node_names:
+                self._node_locks.append(lock_node(name, lock_dir=self.node_lock_dir))
             await asyncio.to_thread(reclaim, self.workdir)
             self._session = await Session.load(config_file=self.kubeconfig)
             self._client = _client(self._session)
@@ -1243,19 +1288,21 @@ class ProcessRunner:
                 await self._close()
 
     async def _close(self) -> None:
-        """Close the API session and give the workdir up (the lock goes with the process anyway)."""
+        """Close the API session and give the workdir and nodes up (the locks go with the process anyway)."""
         session, self._session, self._client = self._session, None, None
         try:
             if session is not None:
                 await session.close()
         finally:
+            while self._node_locks:
+                os.close(self._node_locks.pop())
             if self._lock is not None:
                 os.close(self._lock)
                 self._lock = None
 
     async def _stop_everything(self, *, grace: float) -> None:
-        if self._creating:
-            await asyncio.gather(*self._creating, return_exceptions=True)
+        if self._creating or self._deleting:
+            await asyncio.gather(*self._creating, *self._deleting, return_exceptions=True)
         processes = list(self.group.processes)
         for process in processes:
             with contextlib.suppress(ProcessLookupError):
@@ -1265,7 +1312,7 @@ class ProcessRunner:
             await asyncio.sleep(0.05)
         self.group.stop_all(grace=0.0)
         for namespace in list(self._namespaces.values()):
-            self.delete_namespace(namespace)
+            await self.delete_namespace(namespace)
 
     async def __aenter__(self) -> ProcessRunner:
         await self.start()
@@ -1305,7 +1352,8 @@ class ProcessRunner:
 
         Its name is derived from the node and the pod's uid and written to the pod's directory before
         the namespace exists, so a runner restarted after a crash at any point finds it
-        (:func:`reclaim`); one of that name left over is this pod's own, and is removed first.
+        (:func:`reclaim`); one of that name left over is this pod's own (no other live runner serves
+        the node: :func:`lock_node`), and is removed first.
         """
         uid = pod["metadata"]["uid"]
         token = namespace_token(str(pod.get("spec", {}).get("nodeName", "")), uid)
@@ -1326,12 +1374,29 @@ class ProcessRunner:
         future.add_done_callback(lambda done: done.cancelled() or done.exception())  # retrieved, always
         return await asyncio.shield(future)
 
-    def delete_namespace(self, namespace: NetworkNamespace) -> None:
-        """Kill whatever still runs in the namespace (children a container left), then delete it."""
-        killed = remove_namespace(namespace.name)
-        if killed:
-            log.info("process runner: killed %d leftover processes in %s", len(killed), namespace.name)
-        self._namespaces.pop(namespace.name, None)
+    async def delete_namespace(self, namespace: NetworkNamespace) -> None:
+        """Kill whatever still runs in the namespace (children a container left), then delete it.
+
+        In a thread, as creation: it scans /proc and may wait seconds for processes to die. Tracked
+        even if the caller is cancelled meanwhile (:meth:`stop` waits for it). A namespace whose
+        processes outlive the kill timeout is kept, name and all, for :meth:`stop` to retry.
+        """
+
+        def delete() -> None:
+            try:
+                killed = remove_namespace(namespace.name)
+            except NamespaceBusyError as error:
+                log.error("process runner: %s", error)
+                return
+            if killed:
+                log.info("process runner: killed %d leftover processes in %s", len(killed), namespace.name)
+            self._namespaces.pop(namespace.name, None)
+
+        future: asyncio.Future[None] = asyncio.ensure_future(asyncio.to_thread(delete))
+        self._deleting.add(future)
+        future.add_done_callback(self._deleting.discard)
+        future.add_done_callback(lambda done: done.cancelled() or done.exception())  # retrieved, always
+        await asyncio.shield(future)
 
     def forget(self, worker: _PodWorker) -> None:
         if self._workers.get(worker.uid) is worker:

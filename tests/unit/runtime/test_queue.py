@@ -14,6 +14,14 @@ from bridge.runtime.queue import LOW_PRIORITY, WorkQueue
 from bridge.runtime.ratelimit import ItemExponentialFailureRateLimiter
 
 
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 50.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 async def test_get_waits_for_an_add() -> None:
     queue: WorkQueue[str] = WorkQueue()
     getter = asyncio.create_task(queue.get())
@@ -231,17 +239,38 @@ async def test_dirtied_while_processing_comes_back_at_its_highest_priority() -> 
     assert await queue.get_with_priority() == ("b", LOW_PRIORITY)
 
 
-async def test_a_delayed_key_keeps_its_earliest_time_and_highest_priority() -> None:
-    queue: WorkQueue[str] = WorkQueue()
+def test_a_delayed_key_keeps_its_earliest_time_and_highest_priority() -> None:
+    clock = FakeClock()
+    queue: WorkQueue[str] = WorkQueue(clock=clock)
     queue.add("backlog", priority=LOW_PRIORITY)
-    queue.add_after("retry", 0.02, priority=LOW_PRIORITY)
+    queue.add_after("retry", 1.0, priority=LOW_PRIORITY)
     queue.add_after("retry", 30.0, priority=5)  # later: the time stays, the priority rises
     queue.add_after("retry", 60.0, priority=LOW_PRIORITY)  # neither changes
-    assert await asyncio.wait_for(queue.get_with_priority(), 2) == ("backlog", LOW_PRIORITY)
-    assert await asyncio.wait_for(queue.get_with_priority(), 2) == ("retry", 5)
+    assert queue.get_nowait_with_priority() == ("backlog", LOW_PRIORITY)  # the retry is not due yet
+    with pytest.raises(asyncio.QueueEmpty):
+        queue.get_nowait()
+    clock.now += 1.0
+    assert queue.get_nowait_with_priority() == ("retry", 5)
     queue.done("retry")
-    await asyncio.sleep(0.05)
+    queue.done("backlog")
+    clock.now += 100.0
     assert len(queue) == 0, "the superseded delays do not fire again"
+
+
+def test_depth_counts_delayed_keys_once_due_without_another_operation() -> None:
+    clock = FakeClock()
+    queue: WorkQueue[str] = WorkQueue(clock=clock)
+    queue.add_after("a", 1.0)
+    queue.add_after("b", 2.0, priority=LOW_PRIORITY)
+    assert queue.stats().depth == 0
+    assert len(queue) == 0
+    clock.now += 1.0  # nothing else touches the queue: no add, get, done or timer
+    assert queue.stats().depth == 1
+    clock.now += 1.0
+    assert len(queue) == 2
+    assert queue.stats().depth == 2
+    assert queue.get_nowait_with_priority() == ("a", 0)
+    assert queue.get_nowait_with_priority() == ("b", LOW_PRIORITY)
 
 
 async def test_a_waiting_getter_gets_a_key_added_at_any_priority() -> None:

@@ -12,9 +12,19 @@ from typing import Any
 
 import pytest
 
+from bridge.sandbox import runner
 from bridge.sandbox.netns import create_namespace, namespace_name, namespace_token
 from bridge.sandbox.processes import StackError
-from bridge.sandbox.runner import LOCK_FILE, NETNS_FILE, _PodEvents, lock_workdir, pod_namespaces, reclaim
+from bridge.sandbox.runner import (
+    LOCK_FILE,
+    NETNS_FILE,
+    ProcessRunner,
+    _PodEvents,
+    lock_node,
+    lock_workdir,
+    pod_namespaces,
+    reclaim,
+)
 
 
 def pod(uid: str, name: str = "worker-0") -> dict[str, Any]:
@@ -82,6 +92,57 @@ class TestWorkdirLock:
             assert not os.get_inheritable(held)
         finally:
             os.close(held)
+
+
+class TestNodeLock:
+    def test_one_runner_per_node_whatever_its_workdir(self, tmp_path: Path) -> None:
+        held = lock_node("runner-0", lock_dir=tmp_path)
+        try:
+            assert (tmp_path / "runner-runner-0.lock").read_text() == f"{os.getpid()}\n"
+            assert not os.get_inheritable(held)
+            with pytest.raises(StackError, match=rf"pid {os.getpid()}\) is serving node runner-0"):
+                lock_node("runner-0", lock_dir=tmp_path)
+            other = lock_node("runner-1", lock_dir=tmp_path)  # another node is another runner's
+            os.close(other)
+        finally:
+            os.close(held)
+        again = lock_node("runner-0", lock_dir=tmp_path)  # given up: the next runner takes it
+        os.close(again)
+
+    @pytest.mark.parametrize("node", ["", ".", "..", "a/b"])
+    def test_names_that_cannot_name_a_lock_file_are_refused(self, tmp_path: Path, node: str) -> None:
+        with pytest.raises(ValueError, match="node name"):
+            lock_node(node, lock_dir=tmp_path)
+
+    async def test_a_second_runner_of_a_node_refuses_to_start_and_touches_nothing(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # Two runners with different workdirs for one node would each take the other's pod namespaces
+        # (named after node and pod uid) for leftovers of their own, and kill their processes.
+        monkeypatch.setattr(runner, "check_prerequisites", lambda: None)
+        reclaimed: list[Path] = []
+
+        def record(workdir: Path) -> dict[str, list[int]]:
+            reclaimed.append(workdir)
+            return {}
+
+        monkeypatch.setattr(runner, "reclaim", record)
+        first = lock_node("runner-1", lock_dir=tmp_path / "locks")  # the live runner of runner-1
+        try:
+            second = ProcessRunner(
+                kubeconfig=tmp_path / "kubeconfig",
+                node_names=["runner-0", "runner-1"],
+                workdir=tmp_path / "second",
+                node_lock_dir=tmp_path / "locks",
+            )
+            with pytest.raises(StackError, match="serving node runner-1"):
+                await second.start()
+            assert reclaimed == []
+        finally:
+            os.close(first)
+        # Every lock it took is given up: its workdir and its other node are free again.
+        os.close(lock_workdir(tmp_path / "second"))
+        os.close(lock_node("runner-0", lock_dir=tmp_path / "locks"))
 
 
 class _Recorder:
