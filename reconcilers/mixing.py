@@ -17,12 +17,15 @@ the WorkloadMixings that name it, found through an index over the WorkloadMixing
 The Secret is watched one Secret at a time (:class:`WatchedSecretKeys`): a watch in its namespace
 with ``fieldSelector=metadata.name=<name>``, started when some WorkloadMixing comes to name it and
 stopped when none does any more, whose cache keeps the key names only (the values are dropped
-before anything is stored). RBAC can grant exactly that (``get``, ``list``, ``watch`` with
-``resourceNames: [<name>]`` in a Role of that namespace): a list or watch restricted to one name by a
-``metadata.name`` field selector is authorised against ``resourceNames``. A namespace- or
+before anything is stored or handed to a handler; a list's items are held whole until the list
+completes, and the watch never logs a raw line). RBAC can grant exactly that (``get``, ``list``,
+``watch`` with ``resourceNames: [<name>]`` in a Role of that namespace): a list or watch restricted
+to one name by a ``metadata.name`` field selector is authorised against ``resourceNames``. A namespace- or
 cluster-wide Secret watch would need every Secret there and cache their contents; a GET per reconcile
 (the first design) cost a request each time anything queued a reconcile. Until a Secret's watch has
-listed, or when RBAC forbids watching it, the Secret is read with a GET, as before.
+listed, when RBAC forbids watching it, or while its watch is failing (RBAC revoked later, API server
+unreachable), the Secret is read with a GET, as before; when the watch first lists, the WorkloadMixings
+naming the Secret are requeued, so a Secret deleted between the GET and the list is noticed.
 
 Only changes that can alter the outcome queue a reconcile (:class:`FilteredSource`): a WorkloadMixing
 update whose ``generation`` (and uid, deletion) is unchanged is a status or metadata write - mostly
@@ -88,6 +91,7 @@ from bridge.runtime.events import EventRecorder, EventType
 from bridge.runtime.handlers import EventHandler, Object, Source
 from bridge.runtime.informer import Dispatcher, Informer, SharedInformerFactory
 from bridge.runtime.metrics import REGISTRY
+from bridge.runtime.reflector import ReflectorSettings
 
 __all__ = [
     "CONTROLLER_NAME",
@@ -467,9 +471,16 @@ class SecretWatch(Protocol):
 
     store: Store
 
+    @property
+    def failing(self) -> bool:
+        """Its last list or watch failed (RBAC revoked, API server unreachable): its cache may be stale."""
+        ...
+
     def add_handler(self, handler: EventHandler) -> None: ...
 
     def has_synced(self) -> bool: ...
+
+    async def wait_for_sync(self, timeout: float | None = None) -> bool: ...  # noqa: ASYNC109
 
     async def run(self) -> None: ...
 
@@ -484,13 +495,18 @@ class WatchedSecretKeys:
     - an event handler on the WorkloadMixing informer: after each change it compares the Secrets
       the cached WorkloadMixings name (:data:`REFERENCES_INDEX`) with the ones watched, and starts or
       stops watches to match (``watch(namespace, name)`` makes one);
-    - :class:`SecretKeys` for the reconciler: from the watch's cache once it has listed, otherwise
-      (not listed yet, or forbidden by RBAC) from ``fallback``, a GET;
+    - :class:`SecretKeys` for the reconciler: from the watch's cache once it has listed and while
+      it is not failing, otherwise (not listed yet, forbidden by RBAC, RBAC revoked later, API
+      server unreachable) from ``fallback``, a GET, so an unreadable Secret is reported as such;
     - a controller source: the watched Secrets' changes (handlers follow watches as they come and go).
       ``has_synced`` is always True: a watch RBAC forbids never lists, and must not keep the
-      controller from starting; the fallback answers meanwhile.
+      controller from starting; the fallback answers meanwhile. When a watch first lists, its
+      handlers get an ``on_add`` (not an initial-list one: normal priority) of the Secret as listed,
+      or of a stub naming it when there is none, so the WorkloadMixings judged against a GET are
+      judged again against the list (a Secret deleted between the two sends no event otherwise).
 
-    ``run`` runs the watches (those started later too) until ``stop``.
+    ``run`` runs the watches (those started later too) until ``stop``. Once ``stop`` is called,
+    watches are only recorded, not started (a later ``run`` starts them).
     """
 
     def __init__(
@@ -508,6 +524,8 @@ class WatchedSecretKeys:
         self._watches: dict[tuple[str, str], SecretWatch] = {}
         self._handlers: list[EventHandler] = []
         self._group: asyncio.TaskGroup | None = None
+        self._running: dict[tuple[str, str], SecretWatch] = {}
+        """The watches started by the current ``run``: those it stops."""
         self._stop = asyncio.Event()
 
     @classmethod
@@ -529,7 +547,11 @@ class WatchedSecretKeys:
                 field_selector=f"metadata.name={name}",
                 transform=secret_key_names,
                 resync_period=None,
+                settings=ReflectorSettings(log_undecodable_lines=False),
                 registry=registry,
+                # Made on every replica (the WorkloadMixing informer runs everywhere), run on the
+                # leader only: exported while running, so standbys show no stuck series.
+                metrics_while_running=True,
             )
 
         return cls(mixings=mixings, watch=watch, fallback=ClientSecretKeys(client))
@@ -539,10 +561,15 @@ class WatchedSecretKeys:
         """(namespace, name) of the Secrets watched (or to be, once ``run`` starts)."""
         return sorted(self._watches)
 
+    def watch_of(self, namespace: str, name: str) -> SecretWatch | None:
+        """The watch of that Secret, if some WorkloadMixing names it (started or not)."""
+        return self._watches.get((namespace, name))
+
     def has_listed(self, namespace: str, name: str) -> bool:
-        """Whether the Secret is watched and its watch has listed: reads of it then send no request."""
+        """Whether the Secret is watched, its watch has listed and is not failing: reads of it then
+        come from the watch's cache and send no request."""
         watch = self._watches.get((namespace, name))
-        return watch is not None and watch.has_synced()
+        return watch is not None and watch.has_synced() and not watch.failing
 
     def refresh(self) -> None:
         """Watch exactly the Secrets the cached WorkloadMixings name."""
@@ -554,9 +581,35 @@ class WatchedSecretKeys:
             watch = self._watches[key] = self._new_watch(*key)
             for handler in self._handlers:
                 watch.add_handler(handler)
-            if self._group is not None:
-                self._group.create_task(watch.run(), name=f"secret watch {'/'.join(key)}")
+            if self._group is not None and not self._stop.is_set():
+                self._start(self._group, key, watch)
             log.info("watching a Secret a WorkloadMixing names", secret="/".join(key))
+
+    def _start(self, group: asyncio.TaskGroup, key: tuple[str, str], watch: SecretWatch) -> None:
+        self._running[key] = watch
+        group.create_task(self._run_watch(key, watch), name=f"secret watch {'/'.join(key)}")
+
+    async def _run_watch(self, key: tuple[str, str], watch: SecretWatch) -> None:
+        try:
+            async with asyncio.TaskGroup() as tg:
+                listed = None if watch.has_synced() else tg.create_task(self._announce_list(key, watch))
+                await watch.run()
+                if listed is not None:
+                    listed.cancel()
+        finally:
+            if self._running.get(key) is watch:
+                del self._running[key]
+
+    async def _announce_list(self, key: tuple[str, str], watch: SecretWatch) -> None:
+        """Once ``watch`` has listed, requeue the WorkloadMixings naming its Secret (see the class)."""
+        await watch.wait_for_sync()
+        namespace, name = key
+        obj = watch.store.get(f"{namespace}/{name}") or {"metadata": {"namespace": namespace, "name": name}}
+        for handler in list(self._handlers):
+            try:
+                handler.on_add(obj, is_initial_list=False)
+            except Exception:
+                log.exception("event handler failed", secret="/".join(key))
 
     # EventHandler, on the WorkloadMixing informer
     def on_add(self, obj: Object, *, is_initial_list: bool) -> None:
@@ -592,16 +645,21 @@ class WatchedSecretKeys:
         try:
             async with asyncio.TaskGroup() as tg:
                 self._group = tg
-                for key, watch in self._watches.items():
-                    tg.create_task(watch.run(), name=f"secret watch {'/'.join(key)}")
+                if not self._stop.is_set():
+                    for key, watch in list(self._watches.items()):
+                        self._start(tg, key, watch)
                 await self._stop.wait()
-                for watch in self._watches.values():
+                # From here on refresh() only records: nothing is started in a group being left.
+                self._group = None
+                for watch in list(self._running.values()):
                     watch.stop()
         finally:
             self._group = None
+            self._running.clear()
             self._stop.clear()
 
     def stop(self) -> None:
+        """End ``run``; from now until it has returned, new watches are recorded, not started."""
         self._stop.set()
 
 

@@ -130,6 +130,9 @@ class InformerCollector(Collector):
     def add(self, informer: Informer) -> None:
         self._informers.add(informer)
 
+    def discard(self, informer: Informer) -> None:
+        self._informers.discard(informer)
+
     def describe(self) -> list[Metric]:
         return []
 
@@ -187,7 +190,11 @@ class Informer(Dispatcher):
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
         registry: CollectorRegistry | None = REGISTRY,
+        metrics_while_running: bool = False,
     ) -> None:
+        """``metrics_while_running``: export this informer's figures only while :meth:`run` runs
+        (informers made on demand, perhaps never run, e.g. on a standby replica); by default from
+        construction on."""
         self.resource = resource
         self.reflector = Reflector(
             client,
@@ -205,8 +212,17 @@ class Informer(Dispatcher):
         self._sleep = sleep
         self._rng = rng if rng is not None else random.Random()  # noqa: S311 - jitter, not secrets
         self._stop = asyncio.Event()
+        self._metrics: InformerCollector | None = None
         if registry is not None:
-            _collector(registry).add(self)
+            if metrics_while_running:
+                self._metrics = _collector(registry)
+            else:
+                _collector(registry).add(self)
+
+    @property
+    def failing(self) -> bool:
+        """Whether the reflector's last list or watch failed (:attr:`Reflector.failing`)."""
+        return self.reflector.failing
 
     # Sink (called by the reflector)
     def on_event(self, event_type: str, obj: Object) -> None:
@@ -220,6 +236,8 @@ class Informer(Dispatcher):
 
     async def run(self) -> None:
         """Run the reflector (and resync) until cancelled or :meth:`stop`."""
+        if self._metrics is not None:
+            self._metrics.add(self)
         try:
             async with asyncio.TaskGroup() as tg:
                 tasks = [tg.create_task(self.reflector.run(), name=f"reflector {self.name}")]
@@ -229,6 +247,8 @@ class Informer(Dispatcher):
                 for task in tasks:
                     task.cancel()
         finally:
+            if self._metrics is not None:
+                self._metrics.discard(self)
             self._stop.clear()
 
     def stop(self) -> None:

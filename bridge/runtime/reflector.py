@@ -84,6 +84,9 @@ class ReflectorSettings:
     min_watch_duration: float = 1.0
     """A watch closed sooner than this without any event counts as a failure (backoff)."""
     backoff: BackoffSettings = field(default_factory=BackoffSettings)
+    log_undecodable_lines: bool = True
+    """Log the first 200 bytes of an undecodable watch line; False for resources whose contents must
+    never reach a log (Secrets): the line's length is logged instead."""
 
 
 @dataclass(slots=True)
@@ -135,6 +138,7 @@ class Reflector:
         self._initial: list[Object] | None = None
         self._listed_by_stream = False
         self._events_this_watch = 0
+        self._failing = False
         self._log = log.bind(resource=f"{resource.plural}.{resource.group or 'core'}", namespace=namespace)
 
     @property
@@ -142,6 +146,12 @@ class Reflector:
         parts = [self.resource.api_version, self.resource.kind, self.namespace or ""]
         parts += [self.label_selector or "", self.field_selector or ""]
         return "/".join(parts)
+
+    @property
+    def failing(self) -> bool:
+        """True from a failed list or watch until the API server next accepts one (a list completes
+        or a watch gets a successful response): meanwhile the sink may be stale."""
+        return self._failing
 
     async def run(self) -> None:
         """List and watch until cancelled. Never returns; never raises but ``CancelledError``.
@@ -177,6 +187,7 @@ class Reflector:
             except Exception as exc:  # every other failure: back off and try again
                 if self._listed_by_stream:
                     need_list = consistent_read = False
+                self._failing = True
                 self.stats.failures += 1
                 if isinstance(exc, InactivityTimeoutError):
                     self.stats.inactivity_timeouts += 1
@@ -225,6 +236,7 @@ class Reflector:
                 list_rv = (page.get("metadata") or {}).get("resourceVersion")
             items.extend(page.get("items") or ())
         self.stats.lists += 1
+        self._failing = False
         self._sink.on_replace(items)
         self.last_resource_version = list_rv or self.last_resource_version
         self._log.debug("listed", count=len(items), rv=self.last_resource_version)
@@ -272,6 +284,7 @@ class Reflector:
             ):
                 if response.status >= 400:
                     raise error_from_status(response.status, await response.read())
+                self._failing = False
                 content = response.content
                 tail = b""
                 while True:
@@ -313,7 +326,10 @@ class Reflector:
                 except (ValueError, TypeError, KeyError):
                     if line.strip():
                         self.stats.garbage_lines += 1
-                        self._log.warning("skipping undecodable watch line", line=line[:200])
+                        if self.settings.log_undecodable_lines:
+                            self._log.warning("skipping undecodable watch line", line=line[:200])
+                        else:
+                            self._log.warning("skipping undecodable watch line", length=len(line))
                     continue
                 if event_type == "ADDED" or event_type == "MODIFIED" or event_type == "DELETED":  # noqa: PLR1714
                     count += 1

@@ -10,17 +10,23 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from structlog.testing import capture_logs
 
 from bridge.api import WorkloadMixingSpec
 from bridge.api.mixing import SourceCounts, WorkloadMixingStatus
 from bridge.api.status import Problem, Reason
 from bridge.mixing_config import ConfigSnapshot, CountsBoard, LiveConfig, MixingConfigs
 from bridge.runtime.cache import Store
+from bridge.runtime.client import Client
 from bridge.runtime.controller import Controller, Request, Result
+from bridge.runtime.discovery import Resource
 from bridge.runtime.errors import Conflict, Forbidden, NotFound
 from bridge.runtime.events import EventType
 from bridge.runtime.handlers import Object
-from bridge.runtime.informer import Dispatcher
+from bridge.runtime.informer import Dispatcher, Informer
+from bridge.runtime.reflector import Reflector, ReflectorSettings
+from bridge.runtime.session import Session
 from reconcilers.mixing import (
     LEVELS_INDEX,
     REFERENCES_INDEX,
@@ -29,6 +35,7 @@ from reconcilers.mixing import (
     MixingReconciler,
     SecretKeys,
     WatchedSecretKeys,
+    _secret_keys,
     decide,
     reference_index_keys,
     referencing_mapper,
@@ -36,6 +43,7 @@ from reconcilers.mixing import (
     topology_levels,
     watch_sources,
 )
+from tests.fixtures.fake_apiserver import FakeApiServer, fail_with
 from tests.fixtures.mixing import ray_spec, resource, slurm_spec, target
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -545,6 +553,7 @@ class FakeWatch(Dispatcher):
         super().__init__(Store(transform=secret_key_names), name=f"{namespace}/{name}")
         self.running = False
         self.stopped = False
+        self.failing = False
         self._stop = asyncio.Event()
 
     async def run(self) -> None:
@@ -593,7 +602,7 @@ class SecretsWorld:
 
 async def _spin() -> None:
     """Let every ready task run (a few loop iterations; no time passes)."""
-    for _ in range(5):
+    for _ in range(20):
         await asyncio.sleep(0)
 
 
@@ -729,6 +738,257 @@ class TestWatchedSecretKeys:
             assert world.ready()[:2] == ("False", "SecretKeyNotFound")
             controller.stop()
             await task
+
+
+class Calls:
+    """An event handler that records what it is told, with ``is_initial_list``."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def on_add(self, obj: Object, *, is_initial_list: bool) -> None:
+        self.calls.append(("add", obj["metadata"]["name"], is_initial_list))
+
+    def on_update(self, old: Object, new: Object) -> None:
+        self.calls.append(("update", new["metadata"]["name"]))
+
+    def on_delete(self, obj: Object) -> None:
+        self.calls.append(("delete", obj["metadata"]["name"]))
+
+
+class TestSecretWatchLifecycle:
+    """Review of 19fc7fa: shutdown, the first list, a failing watch."""
+
+    @pytest.mark.parametrize("yields", [0, 1])
+    async def test_a_secret_named_while_stopping_is_recorded_not_started(self, yields: int) -> None:
+        """An edit naming a new Secret after stop() (before or after run() woke up) starts nothing in
+        the group being left: run() returns, and a later run() starts the recorded watch."""
+        world = SecretsWorld()
+        world.mixings.upsert(_mixing(_slurm_with_secret("slurm", "jwt"), name="a"))
+        task = asyncio.create_task(world.secrets.run())
+        try:
+            await _spin()
+            assert world.watch("slurm", "jwt").is_running()
+            world.secrets.stop()
+            for _ in range(yields):
+                await asyncio.sleep(0)
+            # The WorkloadMixing informer still runs (caches stop after controllers).
+            world.mixings.upsert(_mixing(_slurm_with_secret("slurm", "jwt2"), name="b"))
+            late = world.watch("slurm", "jwt2")
+            await _spin()
+            assert task.done()
+            assert task.exception() is None
+            assert not late.is_running()
+            assert world.secrets.watched == [("slurm", "jwt"), ("slurm", "jwt2")]
+        finally:
+            if not task.done():  # the defect: a watch started in the group being left
+                for watch in world.made:
+                    watch.stop()
+            await task
+
+        async with asyncio.TaskGroup() as tg:  # run again (e.g. leadership regained): both start
+            again = tg.create_task(world.secrets.run())
+            await _spin()
+            assert late.is_running()
+            world.secrets.stop()
+        assert again.done()
+        assert not late.is_running()
+
+    @pytest.mark.parametrize("listed", [[], [_secret("slurm", "jwt", token="dA==")]])
+    async def test_the_first_list_requeues_the_mixings_naming_the_secret(self, listed: list[Object]) -> None:
+        """Empty or not, a watch's first list is announced as a live (not initial-list) add of the
+        Secret, which the reference index maps to the WorkloadMixings naming it."""
+        world = SecretsWorld()
+        calls = Calls()
+        world.secrets.add_handler(calls)
+        world.mixings.upsert(_mixing(_slurm_with_secret("slurm", "jwt"), name="a"))
+        watch = world.watch("slurm", "jwt")
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(world.secrets.run())
+            await _spin()
+            assert calls.calls == []
+            watch.replace(listed)
+            await _spin()
+            assert calls.calls[-1] == ("add", "jwt", False)
+            assert [call for call in calls.calls if call[0] == "add"] == [
+                *(("add", "jwt", True) for _ in listed),
+                ("add", "jwt", False),
+            ]
+            watch.replace(listed)  # a relist later is no first list: no announcement
+            await _spin()
+            assert calls.calls.count(("add", "jwt", False)) == 1
+            world.secrets.stop()
+        stub = {"metadata": {"namespace": "slurm", "name": "jwt"}}
+        assert referencing_mapper(world.mixings.store, _secret_keys)(stub) == [Request("", "a")]
+
+    async def test_a_secret_deleted_between_the_get_and_the_first_list_is_noticed(self, world: World) -> None:
+        mixings = Dispatcher(world.mixings, name="mixings")
+        made: dict[str, FakeWatch] = {}
+
+        def new_watch(namespace: str, name: str) -> FakeWatch:
+            made[f"{namespace}/{name}"] = FakeWatch(namespace, name)
+            return made[f"{namespace}/{name}"]
+
+        secrets = WatchedSecretKeys(mixings=world.mixings, watch=new_watch, fallback=world.secrets)
+        mixings.add_handler(secrets)
+        controller = Controller(name="mixing-first-list-test", reconciler=world.make_reconciler(secrets))
+        kueue = [
+            Dispatcher(world.local_queues, name="localqueues"),
+            Dispatcher(world.priority_classes, name="priorityclasses"),
+            Dispatcher(world.topologies, name="topologies"),
+        ]
+        watch_sources(
+            controller,
+            mixings=mixings,
+            local_queues=kueue[0],
+            priority_classes=kueue[1],
+            topologies=kueue[2],
+            secrets=secrets,
+        )
+        kueue[0].replace([_local_queue("k8s-bridge", "hpc")])
+        kueue[1].replace([])
+        kueue[2].replace([])
+        mixings.replace([_mixing({"slurm": slurm_spec()})])
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(secrets.run())
+            task = tg.create_task(controller.run())
+            await TestWhatQueuesAReconcile._settle(controller)
+            assert world.ready()[:2] == ("True", "ConfigurationValid")  # judged against the GET
+            assert world.secrets.reads == 1
+            world.secrets.secrets.clear()  # deleted; then the watch lists: nothing there
+            made["slurm/jwt"].replace([])
+            await TestWhatQueuesAReconcile._settle(controller)
+            assert world.ready()[:2] == ("False", "SecretNotFound")
+            assert world.secrets.reads == 1
+            controller.stop()
+            await task
+            secrets.stop()
+
+    async def test_a_failing_watch_falls_back_to_the_get(self, world: World) -> None:
+        """RBAC revoked after the watch listed: its cache is stale, the GET tells the truth."""
+        secrets_world = SecretsWorld()
+        secrets_world.mixings.upsert(_mixing(_slurm_with_secret("slurm", "jwt")))
+        watch = secrets_world.watch("slurm", "jwt")
+        watch.replace([_secret("slurm", "jwt", token="dA==")])
+        secrets = secrets_world.secrets
+        fallback = secrets_world.fallback
+        assert await secrets("slurm", "jwt") == frozenset({"token"})
+        assert fallback.reads == 0
+
+        watch.failing = True
+        fallback.forbidden.add(("slurm", "jwt"))
+        assert not secrets.has_listed("slurm", "jwt")
+        with pytest.raises(Forbidden):
+            await secrets("slurm", "jwt")
+        assert fallback.reads == 1
+
+        world.mixings.put(_mixing({"slurm": slurm_spec()}))
+        await world.make_reconciler(secrets).reconcile(Request("", "site"))
+        assert world.ready()[:2] == ("False", "SecretUnreadable")
+
+        watch.failing = False  # the watch recovered: its cache answers again
+        assert await secrets("slurm", "jwt") == frozenset({"token"})
+        assert fallback.reads == 2
+
+
+SECRETS = Resource(group="", version="v1", plural="secrets", kind="Secret", namespaced=True)
+CONFIGMAPS = Resource(group="", version="v1", plural="configmaps", kind="ConfigMap", namespaced=True)
+
+
+class TestSecretInformers:
+    """What for_client's informers do beyond a plain informer: no raw line logged, metrics only
+    while running; and the reflector's ``failing``."""
+
+    async def test_a_watch_never_run_exports_no_metrics(self) -> None:
+        registry = CollectorRegistry()
+        mixings = Dispatcher(Store(indexers={REFERENCES_INDEX: reference_index_keys}), name="mixings")
+        async with Session(base_url="http://127.0.0.1:9") as session:
+            secrets = WatchedSecretKeys.for_client(
+                Client(session), SECRETS, mixings=mixings.store, registry=registry
+            )
+            mixings.add_handler(secrets)
+            mixings.upsert(_mixing(_slurm_with_secret("slurm", "jwt")))  # a standby: never run
+            watch = secrets.watch_of("slurm", "jwt")
+            assert isinstance(watch, Informer)
+            assert "metadata.name=jwt" not in generate_latest(registry).decode()
+            assert watch.reflector.settings.log_undecodable_lines is False
+
+    async def test_an_informer_exports_metrics_only_while_running(self) -> None:
+        registry = CollectorRegistry()
+        async with Session(base_url="http://127.0.0.1:9") as session:
+            informer = Informer(
+                Client(session), SECRETS, namespace="ns", registry=registry, metrics_while_running=True
+            )
+            informer.reflector.stats.lists = 3
+            never = asyncio.Event()
+
+            async def idle() -> None:
+                await never.wait()
+
+            informer.reflector.run = idle  # type: ignore[method-assign]
+            name = 'reflector_lists_total{name="v1/Secret/ns//"}'
+            assert name not in generate_latest(registry).decode()
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(informer.run())
+                await _spin()
+                assert f"{name} 3.0" in generate_latest(registry).decode()
+                informer.stop()
+            assert name not in generate_latest(registry).decode()
+            # The default is unchanged: exported from construction on.
+            Informer(Client(session), SECRETS, namespace="other", registry=registry)
+            assert 'name="v1/Secret/other//"' in generate_latest(registry).decode()
+
+    @pytest.mark.parametrize("log_lines", [True, False])
+    async def test_an_undecodable_line_is_logged_raw_only_when_allowed(self, log_lines: bool) -> None:
+        garbage = b'{"type": "ADDED", "object": {"data": {"token": "c2VjcmV0"'
+        async with Session(base_url="http://127.0.0.1:9") as session:
+            with capture_logs() as logs:
+                reflector = Reflector(
+                    Client(session),
+                    SECRETS,
+                    Informer(Client(session), SECRETS, registry=None),
+                    settings=ReflectorSettings(log_undecodable_lines=log_lines),
+                )
+                reflector._process([garbage])
+        assert reflector.stats.garbage_lines == 1
+        assert [entry["event"] for entry in logs] == ["skipping undecodable watch line"]
+        assert ("c2VjcmV0" in repr(logs)) is log_lines
+
+    async def test_the_reflector_reports_failing_until_a_watch_is_accepted(self) -> None:
+        server = FakeApiServer()
+        await server.start()
+        released = asyncio.Event()
+        backing_off = asyncio.Event()
+
+        async def sleep(_: float) -> None:
+            backing_off.set()
+            await released.wait()
+
+        try:
+            async with Session(base_url=server.base_url) as session:
+                informer = Informer(
+                    Client(session),
+                    CONFIGMAPS,  # what the fake API server serves
+                    namespace="default",
+                    settings=ReflectorSettings(streaming_list=False),
+                    sleep=sleep,
+                    resync_period=None,
+                    registry=None,
+                )
+                server.watch_scripts.append(fail_with(403, "Forbidden"))
+                async with asyncio.TaskGroup() as tg:
+                    tg.create_task(informer.run())
+                    await backing_off.wait()  # listed, then the watch was refused
+                    assert informer.has_synced()
+                    failing: list[bool] = [informer.failing]
+                    released.set()
+                    while len(server.watches) < 2 or informer.failing:
+                        await asyncio.sleep(0.01)  # the next watch is accepted
+                    failing.append(informer.failing)
+                    assert failing == [True, False]
+                    informer.stop()
+        finally:
+            await server.close()
 
 
 class TestMixingController:
