@@ -12,15 +12,42 @@ crash-recovery state and every hostile input is a unit test of that function, wi
 and no fakes. :class:`SlurmReconciler` only gathers the observation and executes the actions.
 
 Why every action is safe to repeat: names are deterministic (the JobSet of a job, the nodes of a
-JobSet), creates ignore AlreadyExists, deletes ignore NotFound/InvalidNodeName, finalizers are
-patched with the resourceVersion read, and every Slurm write is confirmed first: the cached job
-may lag a poll behind, so before holding, releasing or requeueing, the reconciler reads the job
-afresh and decides again on that. A job is pinned and released only while it is still held. A job
-missing from the cache is read afresh too before its JobSet and nodes are cleaned up.
+JobSet), creates ignore AlreadyExists, deletes ignore NotFound/InvalidNodeName, and finalizers are
+patched with the resourceVersion read.
+
+Which decisions are confirmed first (``Action.needs_confirmation``, ``Decision.needs_confirmation``):
+the cached job may lag a poll behind slurmctld (and behind the bridge's own last write), so a
+decision that could do harm on a stale job is taken again on a fresh read (``GET /job/<id>``) before
+anything runs: pin-and-release (a job is pinned and released only while it is still held),
+requeue-hold, the guard's holds, the unservable report (no duplicate Event after our own comment)
+and clearing a comment (a user may have written their own since the poll), and the cleanup of a job
+missing from the cache (it may not be in the cache yet). The decision that creates a JobSet for a
+held job is not confirmed: it is the bulk of the work and everything in it is harmless on a stale
+view, because the JobSet cache (not the job) says there is no JobSet, and whatever the job became
+since the poll, a reconcile after the next poll finds the JobSet and does what the fresh job calls
+for:
+
+- still user-held (the usual case): the same decision a fresh read would give;
+- already admin-held: holding it again is a no-op;
+- released by its user: the hold conversion holds it (row 11, the guard, would do exactly that);
+  the bridge cannot have released it, as it releases only jobs whose JobSet exists;
+- running (the guard was bypassed): Slurm refuses the hold or zeroes the running job's priority,
+  both harmless; a following reconcile requeue-holds it (it runs on nodes not its own, or without
+  admission once Kueue has made the Workload), as a fresh read would have done at once;
+- completing or requeued: holding it now is what rows 9 and 11 end with;
+- finished or purged: the hold finds it gone (logged); the suspended JobSet, never admitted yet, is
+  deleted after the next poll by row 1 (one create and one delete spent);
+- changed by its user (e.g. more nodes): the JobSet follows the job as last polled, as it would if
+  the change came a moment after a confirming read.
+
+Independent actions run at once (``Decision.concurrent``: creating the JobSet and converting the
+hold); every other decision runs in order and stops at the first failure, which cleanup relies on
+(drain, delete the JobSet, delete the nodes, and only then remove the finalizer).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import enum
 import re
@@ -89,6 +116,7 @@ __all__ = [
     "Action",
     "AddFinalizer",
     "ClearComment",
+    "ConvertHold",
     "CreateJobSet",
     "Decision",
     "DeleteJobSet",
@@ -160,7 +188,13 @@ class Action:
 
     kind: ClassVar[str] = "action"
     slurm_write: ClassVar[bool] = False
-    """Writes to the Slurm job: confirmed against a fresh read of the job before it runs."""
+    """Writes to the Slurm job: the job source polls at once afterwards (unless ``poll_after`` is
+    False), so the next reconcile sees the effect."""
+    poll_after: ClassVar[bool] = True
+    """After a Slurm write, poll the job source at once rather than at the next interval."""
+    needs_confirmation: ClassVar[bool] = False
+    """Could do harm if decided on a job the cache shows a poll behind: a decision containing it is
+    taken again on a fresh read of the job (``GET /job/<id>``) before anything of it runs."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -205,9 +239,26 @@ class Hold(Action):
 
     kind: ClassVar[str] = "hold"
     slurm_write: ClassVar[bool] = True
+    needs_confirmation: ClassVar[bool] = True
     reason: str
     best_effort: bool = False
     """A refusal is logged, not retried (24.11 refuses to hold a job its user already holds)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConvertHold(Hold):
+    """Turn sbatch's user hold into the bridge's admin hold, beside creating the JobSet (row 14).
+
+    Best effort, and not confirmed on a fresh read: holding is what the bridge wants for any job
+    of a bridged partition that has no JobSet, whatever state the cached job lags behind (module
+    docstring)."""
+
+    kind: ClassVar[str] = "convert_hold"
+    needs_confirmation: ClassVar[bool] = False
+    poll_after: ClassVar[bool] = False
+    """Nothing waits on seeing the admin hold, and in a burst of held jobs a poll after each
+    conversion keeps slurmctld and slurmrestd listing every job back to back."""
+    best_effort: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -216,6 +267,7 @@ class RequeueHold(Action):
 
     kind: ClassVar[str] = "requeue_hold"
     slurm_write: ClassVar[bool] = True
+    needs_confirmation: ClassVar[bool] = True
     reason: str
 
 
@@ -225,6 +277,7 @@ class PinAndRelease(Action):
 
     kind: ClassVar[str] = "pin_and_release"
     slurm_write: ClassVar[bool] = True
+    needs_confirmation: ClassVar[bool] = True
     nodes: tuple[str, ...]
     constraints: str
     begin_now: bool
@@ -237,6 +290,7 @@ class ReportUnservable(Action):
 
     kind: ClassVar[str] = "report_unservable"
     slurm_write: ClassVar[bool] = True
+    needs_confirmation: ClassVar[bool] = True
     code: str
     reason: str
     comment: str
@@ -248,6 +302,7 @@ class ClearComment(Action):
 
     kind: ClassVar[str] = "clear_comment"
     slurm_write: ClassVar[bool] = True
+    needs_confirmation: ClassVar[bool] = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -255,10 +310,24 @@ class Decision:
     """What to do now, when to look again (None: only on a change), and the job's phase."""
 
     actions: tuple[Action, ...] = ()
+    """Run one after another in this order, stopping at the first failure (cleanup depends on it:
+    the finalizer goes only after the nodes), unless ``concurrent``."""
+    concurrent: bool = False
+    """The actions are independent (none needs another's effect, any order is right): they run at
+    once, one task each, all awaited; a failure does not cancel the others, and the first failure in
+    ``actions`` order is raised once all have finished."""
+    confirm: bool = False
+    """Confirm on a fresh read of the job even if no action asks for it (the job is missing from the
+    cache: "vanished" must be true before its JobSet and nodes are cleaned up)."""
     requeue_after: float | None = None
     phase: Phase | None = None
     """None: nothing of this job is left to track (finished and cleaned up, or not ours)."""
     why: str = ""
+
+    @property
+    def needs_confirmation(self) -> bool:
+        """Take this decision again on a fresh read of the job before running it."""
+        return bool(self.actions) and (self.confirm or any(a.needs_confirmation for a in self.actions))
 
 
 # --- observation -------------------------------------------------------------------------------
@@ -271,17 +340,20 @@ class PodsView:
     active: int = 0
     """Pods not finished and not being deleted."""
     running: int = 0
+    present: int = 0
+    """Every pod in the cache, finished and terminating ones too (a terminating slurmd still runs)."""
 
     @classmethod
     def of(cls, pods: Iterable[Mapping[str, Any]]) -> PodsView:
-        active = running = 0
+        active = running = present = 0
         for pod in pods:
+            present += 1
             phase = (pod.get("status") or {}).get("phase")
             if "deletionTimestamp" in (pod.get("metadata") or {}) or phase in ("Succeeded", "Failed"):
                 continue
             active += 1
             running += phase == "Running"
-        return cls(active=active, running=running)
+        return cls(active=active, running=running, present=present)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -354,8 +426,30 @@ def _nodes_ready(o: Observed) -> tuple[bool, str]:
     return True, f"all {len(names)} nodes registered idle with {feature}"
 
 
-def _cleanup(o: Observed, *, why: str, delete_jobset: bool = True, phase: Phase | None) -> Decision:
-    """Drain the nodes, delete the JobSet, delete the nodes, then drop the finalizer."""
+def _unseen_nodes_could_exist(o: Observed) -> bool:
+    """Could a node recorded on the JobSet exist in slurmctld without the node source having seen it?
+
+    Only a slurmd in one of the JobSet's pods registers such a node, and the node source sees it at
+    its next poll (``--node-poll-interval``). So a node can exist unseen only if a pod ran very
+    recently: one is still in the cache (finished and terminating ones count), or the JobSet is not
+    suspended (its pods may be starting and not in the cache yet), or the Workload got past quota
+    reservation (admitted, or evicted, preempted or finished afterwards: Kueue keeps an eviction
+    until the next reservation). None of that holds for a JobSet that was never admitted, which is
+    what a burst of cancelled held jobs leaves: there, deleting the recorded names would be one
+    useless call each (an ``scontrol delete`` subprocess on 22.05) on every look until the garbage
+    collector is done."""
+    js, wl = o.jobset, o.workload
+    if js is None:
+        return False
+    if max(o.pods.present, o.pods.active) > 0 or not js.suspended:
+        return True
+    return wl is not None and wl.state not in (WorkloadState.PENDING, WorkloadState.QUOTA_RESERVED)
+
+
+def _cleanup(
+    o: Observed, *, why: str, delete_jobset: bool = True, phase: Phase | None, confirm: bool = False
+) -> Decision:
+    """Drain the nodes, delete the JobSet, delete the nodes, then drop the finalizer (in order)."""
     actions: list[Action] = []
     live = [n for n in o.nodes if not n.is_drained_or_draining and n.state is not NodeState.DOWN]
     if live:
@@ -363,15 +457,21 @@ def _cleanup(o: Observed, *, why: str, delete_jobset: bool = True, phase: Phase 
     js = o.jobset
     if js is not None and delete_jobset and not js.deleting:
         actions.append(DeleteJobSet())
-    # The recorded names too: a node that registered after the last node poll must not leak.
-    names = tuple(dict.fromkeys([*(n.name for n in o.nodes), *(o.jobset_nodes if js is not None else ())]))
+    # The nodes the node source has seen, and the names recorded on the JobSet whenever one of them
+    # could exist unseen (registered after the last node poll): those must not leak when the
+    # finalizer goes. A node that registers after this pass is seen at the next node poll, which
+    # reconciles the job again (row 1 deletes it, JobSet or not).
+    recorded = o.jobset_nodes if _unseen_nodes_could_exist(o) else ()
+    names = tuple(dict.fromkeys([*(n.name for n in o.nodes), *recorded]))
     if names:
         actions.append(DeleteNodes(names=names))
     if js is not None and o.has_finalizer:
         actions.append(RemoveFinalizer())
     if not actions:
         return Decision(phase=phase, why=f"{why}; nothing left to clean up")
-    return Decision(actions=tuple(actions), phase=phase or Phase.FINISHING, why=f"{why}: cleaning up")
+    return Decision(
+        actions=tuple(actions), confirm=confirm, phase=phase or Phase.FINISHING, why=f"{why}: cleaning up"
+    )
 
 
 def decide(o: Observed) -> Decision:
@@ -381,7 +481,8 @@ def decide(o: Observed) -> Decision:
     # Finished, cancelled, or purged from slurmctld: drain, delete the JobSet, delete the nodes.
     if job is None or job.is_finished:
         why = "the job vanished from slurmctld" if job is None else f"the job ended ({job.state})"
-        return _cleanup(o, why=why, phase=None)
+        # A job missing from the cache may just not be in it yet: confirmed on a fresh read first.
+        return _cleanup(o, why=why, phase=None, confirm=job is None)
 
     own = set(_node_names(o))
     feature = _feature(o)
@@ -483,12 +584,16 @@ def decide(o: Observed) -> Decision:
                 phase=Phase.HELD,
                 why=f"{o.bridged_jobs} JobSets exist, the limit is {o.max_bridged_jobs}: waiting",
             )
+        # Independent of one another, so at once; not confirmed unless a comment is cleared (the
+        # module docstring goes through every state the cached job may lag behind).
         create: list[Action] = [CreateJobSet(manifest=t.manifest)]
         if job.comment.startswith(COMMENT_PREFIX):
             create.append(ClearComment())
         if job.held_by == "user":
-            create.append(Hold(reason="user hold turned into the bridge's admin hold", best_effort=True))
-        return Decision(actions=tuple(create), phase=Phase.QUEUED, why=f"creating JobSet {t.name}")
+            create.append(ConvertHold(reason="user hold turned into the bridge's admin hold"))
+        return Decision(
+            actions=tuple(create), concurrent=True, phase=Phase.QUEUED, why=f"creating JobSet {t.name}"
+        )
 
     pre: tuple[Action, ...] = () if o.has_finalizer else (AddFinalizer(),)
     if js.state in (JobSetState.COMPLETED, JobSetState.FAILED) or (
@@ -743,11 +848,10 @@ class SlurmReconciler:
         observed, raw_js = self.observe(job_id, self._jobs.job(job_id))
         decision = decide(observed)
         try:
-            if any(a.slurm_write for a in decision.actions) or (observed.job is None and decision.actions):
-                # The cached job may be a poll behind our own last write: confirm on a fresh read.
-                # A job missing from the cache is confirmed too before its JobSet and nodes go: the
-                # cache may not hold it yet (right after a restart, the job list can be taken before
-                # the configuration arrives), and "vanished" would clean up a live job.
+            if decision.needs_confirmation:
+                # The cached job may be a poll behind (our own last write included), or missing
+                # because the cache does not hold it yet (right after a restart, the job list can
+                # be taken before the configuration arrives): decide again on a fresh read.
                 observed, raw_js = self.observe(job_id, await self._fresh_job(job_id))
                 decision = decide(observed)
             self._track(key, decision)
@@ -761,8 +865,11 @@ class SlurmReconciler:
                 )
             else:
                 log.debug("nothing to do", job_id=job_id, phase=decision.phase, why=decision.why)
-            for action in decision.actions:
-                await self._execute(observed, raw_js, action)
+            if decision.concurrent and len(decision.actions) > 1:
+                await self._execute_concurrently(observed, raw_js, decision.actions)
+            else:
+                for action in decision.actions:
+                    await self._execute(observed, raw_js, action)
         except (SlurmUnavailable, SlurmAuthError) as exc:
             log.warning("slurmrestd unusable; retrying later", job_id=job_id, error=str(exc))
             return Result(requeue_after=SLURM_RETRY)
@@ -798,6 +905,30 @@ class SlurmReconciler:
             if admitted is not None:
                 self._metrics.admitted_to_running.observe(now - admitted)
 
+    async def _execute_concurrently(
+        self, o: Observed, raw_js: Object | None, actions: Sequence[Action]
+    ) -> None:
+        """Run independent actions at once: one task each in a TaskGroup, so every task is owned and
+        awaited (cancelling the reconcile cancels them all). A failure does not cancel the others
+        (each action is idempotent, and one finished is one less to redo); the first failure in
+        ``actions`` order is raised afterwards, the others are logged."""
+        failures: list[tuple[int, Exception]] = []
+
+        async def run(index: int, action: Action) -> None:
+            try:
+                await self._execute(o, raw_js, action)
+            except Exception as exc:  # kept, and raised below once the others have finished
+                failures.append((index, exc))
+
+        async with asyncio.TaskGroup() as group:
+            for index, action in enumerate(actions):
+                group.create_task(run(index, action), name=f"slurm job {o.job_id}: {action.kind}")
+        if failures:
+            failures.sort(key=lambda failure: failure[0])
+            for index, exc in failures[1:]:
+                log.warning("action failed", job_id=o.job_id, action=actions[index].kind, error=repr(exc))
+            raise failures[0][1]
+
     async def _execute(self, o: Observed, raw_js: Object | None, action: Action) -> None:
         try:
             await self._run(o, raw_js, action)
@@ -805,7 +936,7 @@ class SlurmReconciler:
             self._metrics.actions.labels(action.kind, "error").inc()
             raise
         self._metrics.actions.labels(action.kind, "ok").inc()
-        if action.slurm_write:
+        if action.slurm_write and action.poll_after:
             self._jobs.trigger()  # see the effect at the next poll, now
 
     async def _run(self, o: Observed, raw_js: Object | None, action: Action) -> None:

@@ -66,6 +66,12 @@ VERSIONS: tuple[SlurmVersion, ...] = ("22.05", "24.11")
 BRIDGE_FEATURE = "k8sbridge"
 BRIDGE_PARTITION = "bridge"
 DEFAULT_PARTITION = "batch"
+SCHEDULER_PARAMETERS = "batch_sched_delay=0"
+"""``SchedulerParameters`` of the generated slurm.conf. slurmctld runs its main scheduler for a queued
+event (a job released by an update, a node registered, a job submitted) only from its background loop,
+which wakes once a second, and by default at most every ``batch_sched_delay`` = 3 s: a stream of
+releases then waits up to 4 s each. ``batch_sched_delay=0`` lets every background tick schedule, so a
+release starts within about a second (docs/controller.md, "Release latency")."""
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # Runs inside the slurmd's private mount namespace: bind files over their targets (pairs up to "--"),
@@ -174,6 +180,8 @@ class SlurmCluster:
     user: str = "k8sbridge"
     max_nodes: int = 64
     keep_workdir: bool = False
+    scheduler_parameters: str = SCHEDULER_PARAMETERS
+    """``SchedulerParameters`` in slurm.conf; empty: none (Slurm's defaults)."""
     workdir: Path = field(init=False)
     timings: dict[str, float] = field(init=False, default_factory=dict)
     _generation: Generation = field(init=False)
@@ -387,6 +395,13 @@ class SlurmCluster:
         self._mkdir(self.jobs_dir, owner=self.user, mode=0o755)
         if self._generation.in_chroot:
             self._mkdir(PurePosixPath("/run/slurm"), owner="slurm")
+            # 24.11's slurmctld reverse-resolves the address of every RPC peer when it accepts the
+            # connection; the machine's name server drops some of a burst of such queries, and each
+            # drop stalled that RPC 5 s (the resolver's timeout). No DNS in the root: 127.0.0.1 has
+            # no name server, so a lookup fails at once (as in the slurmd "pods").
+            resolv = self.sysroot / "etc" / "resolv.conf"
+            resolv.unlink(missing_ok=True)
+            resolv.write_text("nameserver 127.0.0.1\n")
         self._write_secret(state / "munge" / "munge.key", size=1024, owner="munge", mode=0o400)
         self._write_secret(state / "jwt_hs256.key", size=32, owner="slurm", mode=0o600)
         self.host_path(self.conf_path).write_text(self.render_config())
@@ -418,6 +433,7 @@ class SlurmCluster:
             "AccountingStorageType=accounting_storage/none",
             "JobCompType=jobcomp/none",
             "SchedulerType=sched/backfill",
+            *([f"SchedulerParameters={self.scheduler_parameters}"] if self.scheduler_parameters else []),
             "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_Core_Memory",
             f"MaxNodeCount={self.max_nodes}",

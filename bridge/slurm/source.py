@@ -14,7 +14,11 @@ changed job exactly as by a changed JobSet, and reads both from memory:
   indexed by the job they belong to, so "are all N nodes registered idle with the job's feature" is
   a dictionary lookup instead of one REST call per job and reconcile. slurmrestd refuses the
   conditional node list when nothing changed (HTTP 500: 22.05 "Unspecified error", 24.11 "Unable to
-  query partitions"; found on the local stack); the source then lists nodes whole.
+  query partitions"; found on the local stack); the source then lists nodes whole. It polls every
+  ``interval`` (1 s), and every ``fast_interval`` (0.2 s) while ``wanted()`` says a registration is
+  due (an admitted job waits for its nodes and one of its slurmd pods runs): the release of an
+  admitted job waits for the poll that sees its last node, so that poll is what the release latency
+  is made of, while an idle bridge costs one request a second.
 
 A failing poll backs off (0.8 s doubling to ``backoff_max``, jittered), so a dead slurmrestd costs
 a handful of requests per minute, never a storm. When a poll succeeds after failures, every stored
@@ -66,6 +70,10 @@ class NodeLister(Protocol):
     """What the node source needs of :class:`~bridge.slurm.SlurmClient`."""
 
     async def list_nodes(self, *, update_time: int | None = None) -> NodesPage: ...
+
+
+_EPSILON = 1e-6
+"""Seconds below which what is left of a wait counts as nothing (sums of float steps)."""
 
 
 def source_backoff(interval: float) -> BackoffSettings:
@@ -201,6 +209,15 @@ class SlurmNodeSource(_RecoveringSource):
 
     ``indexers`` work on the stored objects (use :func:`node_of`); the reconciler indexes nodes by
     the job they were made for.
+
+    Adaptive interval: between polls the source waits ``interval`` seconds, but looks at
+    ``wanted()`` every ``fast_interval`` seconds meanwhile (no request, a function call) and polls
+    as soon as it is true and ``fast_interval`` has passed since the last poll. So while a node
+    registration is due it polls every ``fast_interval``, and it switches to that within
+    ``fast_interval`` of ``wanted()`` turning true. A failing source keeps its backoff whatever
+    ``wanted()`` says. :meth:`trigger` polls at once; triggers that arrive while a poll is in flight
+    coalesce into one poll right after it (``PolledSource.run`` clears its wake-up only before a
+    poll), never into a second poll at the same time.
     """
 
     def __init__(
@@ -209,6 +226,8 @@ class SlurmNodeSource(_RecoveringSource):
         slurm: NodeLister,
         keep: Callable[[SlurmNode], bool],
         interval: float,
+        fast_interval: float | None = None,
+        wanted: Callable[[], bool] = lambda: False,
         enabled: Callable[[], bool] = lambda: True,
         indexers: dict[str, IndexFunc] | None = None,
         backoff: BackoffSettings | None = None,
@@ -224,9 +243,13 @@ class SlurmNodeSource(_RecoveringSource):
             transform=None,
             indexers=indexers,
             backoff=backoff if backoff is not None else source_backoff(interval),
-            sleep=sleep,
+            sleep=self._pause,
             rng=rng,
         )
+        self._nap = sleep
+        self.fast_interval = fast_interval
+        """Seconds between polls while ``wanted()``; None (or not shorter than ``interval``): off."""
+        self._wanted = wanted
         self._slurm = slurm
         self._keep = keep
         self._enabled = enabled
@@ -234,6 +257,24 @@ class SlurmNodeSource(_RecoveringSource):
         self.conditional = True
         """False once slurmrestd refused a conditional node list (22.05 and 24.11 answer
         ``GET /nodes?update_time=`` with HTTP 500 when nothing changed); whole lists from then on."""
+
+    async def _pause(self, delay: float) -> None:
+        """The wait after a poll (``interval``) or a failure (backoff): ``delay`` seconds, ended after
+        ``fast_interval`` seconds instead once ``wanted()`` is true, unless the source is failing.
+
+        Sleeps in steps of ``fast_interval`` and asks ``wanted()`` after each step. ``PolledSource``
+        races this against :meth:`trigger`, which still ends any wait at once."""
+        fast = self.fast_interval
+        if fast is None or fast <= 0 or fast >= delay or self._failing:
+            await self._nap(delay)
+            return
+        slept = 0.0
+        while delay - slept > _EPSILON:
+            step = min(fast, delay - slept)
+            await self._nap(step)
+            slept += step
+            if delay - slept > _EPSILON and self._wanted():
+                return
 
     async def _list(self) -> list[Object] | NotModified:
         if not self._enabled():  # no configuration yet: no REST call

@@ -30,13 +30,20 @@ CPU is utime + stime of the bridge process (``/proc/<pid>/stat``), memory its Vm
 kernel's peak resident set, so no sampling is needed).
 
 **Release latency** (``test_admission_to_running_latency``): ``K8S_BRIDGE_BENCH_RELEASE_JOBS`` (50)
-1-node, 1-CPU jobs with quota for all, on process-runner nodes (real slurmd pods). A loop polls the
-Workloads, Slurm's nodes and jobs (every ~0.1 s plus the time the reads take) and records per job when
-it saw: Workload Admitted, the job's node IDLE, the job RUNNING; the bridge's ``Released`` Event gives
-the release call's time (microseconds, the bridge's clock, the same host). Printed as p50 / p99 / max
-of: Admitted -> RUNNING (the issue's figure), Admitted -> node registered (pod start and slurmd: not
-the bridge), node registered -> released (the bridge: node poll + reconcile + one REST call), released
--> RUNNING (Slurm's scheduler), and node registered -> RUNNING (the "release latency" of the target).
+1-node, 1-CPU jobs with quota for all, on process-runner nodes (real slurmd pods). The headline is
+node registered IDLE -> job RUNNING (the "release latency" of the target), split into the bridge's
+share (node IDLE -> its release call: node poll, work queue, a fresh read of the job, the call) and
+Slurm's (release call -> RUNNING: slurmctld's scheduler). A dedicated observer thread
+(:class:`ReleaseObserver`) reads slurmrestd every ``K8S_BRIDGE_BENCH_TIGHT_POLL`` (0.02) s plus the
+time its reads take (``GET /nodes`` while a node was not seen IDLE yet, ``GET /job/<id>`` for jobs
+whose node is up and that were not seen RUNNING yet), so each time is late by at most one of its
+rounds (0.04 to 0.05 s at load 3 to 6). The bridge's ``Released`` Event gives the release call's time
+(microseconds, the bridge's clock, the same host) and its ``reconciling`` log line the moment it
+decided to release (after the fresh read). A slower loop (~0.1 s plus listing JobSets and Workloads)
+records Kueue's admissions, for Admitted -> RUNNING (the issue's figure) and Admitted -> node IDLE (pod
+start and slurmd: not the bridge). Slurm's own ``StartTime`` (1 s resolution) is printed beside, as a
+check. The load average is recorded before, during and after. ``K8S_BRIDGE_BENCH_SCHEDULER_PARAMETERS``
+replaces the stack's slurm.conf ``SchedulerParameters`` (``""``: Slurm's defaults).
 
 ``K8S_BRIDGE_BENCH_BRIDGE_ARGS`` adds flags to the bridge (e.g. ``--max-concurrent-reconciles=16``).
 ``K8S_BRIDGE_BENCH_RESULTS=<dir>`` writes each test's figures as JSON there (what
@@ -54,7 +61,9 @@ import os
 import re
 import shlex
 import sys
+import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -93,6 +102,8 @@ BENCH_VERSIONS: list[SlurmVersion] = [
 
 BRIDGE_ARGS = shlex.split(os.environ.get("K8S_BRIDGE_BENCH_BRIDGE_ARGS", ""))
 """Extra ``python -m bridge.slurm`` flags, e.g. ``--max-concurrent-reconciles=16``."""
+SCHEDULER_PARAMETERS = os.environ.get("K8S_BRIDGE_BENCH_SCHEDULER_PARAMETERS")
+"""slurm.conf ``SchedulerParameters`` instead of the stack's (``""``: Slurm's defaults)."""
 
 TRUE_SCRIPT = "#!/bin/sh\ntrue\n"
 
@@ -105,6 +116,8 @@ def bench_slurm(request: pytest.FixtureRequest) -> Iterator[SlurmCluster]:
     """A Slurm cluster with room for the release test's dynamic nodes (MaxJobCount: Slurm's 10000)."""
     version: SlurmVersion = request.param
     cluster = SlurmCluster(version=version, max_nodes=max(64, RELEASE_JOBS + 16))
+    if SCHEDULER_PARAMETERS is not None:
+        cluster.scheduler_parameters = SCHEDULER_PARAMETERS
     try:
         cluster.start()
     except (MissingPrerequisiteError, RootBuildError) as missing:
@@ -726,6 +739,104 @@ def slurm_nodes_and_jobs(cluster: SlurmCluster) -> tuple[dict[str, str], dict[in
     return nodes, jobs
 
 
+TIGHT_POLL_SECONDS = float(os.environ.get("K8S_BRIDGE_BENCH_TIGHT_POLL", "0.02"))
+"""Pause between two rounds of the release-latency observer (each round also takes its requests)."""
+
+
+def _rest_states(value: Any, flags: Any = ()) -> set[str]:
+    """A job or node state as a set of upper-case words: a string in v0.0.38, a list in v0.0.40+."""
+    words = [value] if isinstance(value, str) else list(value or ())
+    return {str(w).upper() for w in [*words, *(flags or ())]}
+
+
+class ReleaseObserver:
+    """When each job's node registered IDLE and when the job was RUNNING, to ~20 ms, from slurmrestd.
+
+    Why a thread of its own: the main observation loop lists JobSets, Workloads and (through
+    ``scontrol`` subprocesses) Slurm's nodes and jobs; under load one round takes ~0.5 s, as long as
+    what is measured. This loop reads only what the release latency needs, over slurmrestd with a
+    SlurmUser token and a fresh connection per request: ``GET /nodes`` while some job's node has not
+    been seen IDLE, and ``GET /job/<id>`` for each job whose node is up but which was not seen RUNNING
+    yet; then it pauses ``TIGHT_POLL_SECONDS``. A time is the wall clock when the first answer showing
+    the state arrived, so each is late by at most one round (``round_seconds``); both ends of a
+    figure are read the same way, so their lags partly cancel. A node seen ALLOCATED or MIXED without
+    having been seen IDLE (registered and taken within one round) is counted in ``missed`` and left
+    out of the figures.
+    """
+
+    def __init__(self, cluster: SlurmCluster, jobs: Sequence[int]) -> None:
+        self._base = f"{cluster.rest_url}/slurm/{cluster.rest_version}"
+        self._headers = {"X-SLURM-USER-NAME": "slurm", "X-SLURM-USER-TOKEN": cluster.token(lifespan=7200)}
+        self.jobs = list(jobs)
+        self.idle: dict[int, float] = {}
+        self.running: dict[int, float] = {}
+        self.start_time: dict[int, float] = {}
+        self.missed: set[int] = set()
+        self.rounds = 0
+        self.requests = 0
+        self.errors: list[str] = []
+        self._began = 0.0
+        self._ended = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="release-observer", daemon=True)
+
+    @property
+    def round_seconds(self) -> float:
+        return (self._ended - self._began) / self.rounds if self.rounds else math.nan
+
+    def start(self) -> ReleaseObserver:
+        self._began = time.monotonic()
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def done(self) -> bool:
+        return all(j in self.running or j in self.missed for j in self.jobs)
+
+    def _get(self, path: str) -> dict[str, Any]:
+        self.requests += 1
+        request = urllib.request.Request(f"{self._base}/{path}", headers=self._headers)
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            data: dict[str, Any] = json.loads(reply.read())
+        return data
+
+    def _round(self) -> None:
+        waiting_idle = [j for j in self.jobs if j not in self.idle and j not in self.missed]
+        if waiting_idle:
+            nodes = {n["name"]: n for n in self._get("nodes").get("nodes") or ()}
+            now = time.time()
+            for job_id in waiting_idle:
+                node = nodes.get(f"b{job_id}-0")
+                if node is None:
+                    continue
+                states = _rest_states(node.get("state"), node.get("state_flags"))
+                if states & {"ALLOCATED", "MIXED"}:
+                    self.missed.add(job_id)
+                elif "IDLE" in states:
+                    self.idle[job_id] = now
+        for job_id in [j for j in self.jobs if j in self.idle and j not in self.running]:
+            jobs = self._get(f"job/{job_id}").get("jobs") or ()
+            now = time.time()
+            if jobs and _rest_states(jobs[0].get("job_state")) & {"RUNNING", "COMPLETING", "COMPLETED"}:
+                self.running[job_id] = now
+                raw = jobs[0].get("start_time")
+                with contextlib.suppress(TypeError, ValueError, KeyError):
+                    self.start_time[job_id] = float(raw["number"] if isinstance(raw, dict) else raw)
+
+    def _run(self) -> None:
+        while not self._stop.is_set() and not self.done():
+            try:
+                self._round()
+            except (OSError, ValueError) as exc:  # keep observing; report what went wrong
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+            self.rounds += 1
+            self._ended = time.monotonic()
+            self._stop.wait(TIGHT_POLL_SECONDS)
+
+
 def test_admission_to_running_latency(
     kube_stack: KubeStack, bench_slurm: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -739,7 +850,9 @@ def test_admission_to_running_latency(
     result: dict[str, Any] = {
         "slurm": bench_slurm.package_version,
         "rest": bench_slurm.rest_version,
+        "scheduler_parameters": bench_slurm.scheduler_parameters or "(Slurm defaults)",
         "bridge_args": BRIDGE_ARGS,
+        "load_before": load_average(),
     }
     with bench_stack(kube_stack, bench_slurm, workdir, settings, max_bridged_jobs=count + 100) as stack:
         bridge = counting_bridge(stack)
@@ -752,48 +865,40 @@ def test_admission_to_running_latency(
         uid_to_job: dict[str, int] = {}
         admitted: dict[int, float] = {}
         admitted_ltt: dict[int, float] = {}
-        idle: dict[int, float] = {}
-        running: dict[int, float] = {}
-        start_time: dict[int, float] = {}
-        missed_idle: set[int] = set()
         loops, began = 0, time.monotonic()
         deadline = began + max(300.0, 6.0 * count)
-        while not want <= running.keys():
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"{len(running)} of {count} jobs seen RUNNING ({len(admitted)} admitted, "
-                    f"{len(idle)} nodes idle)\n{bridge.log_tail()}"
-                )
-            loops += 1
-            if len(uid_to_job) < count:
-                for js in stack.jobsets():
-                    label = js["metadata"].get("labels", {}).get(LABEL_JOB_ID, "")
-                    if label.isdigit() and int(label) in want:
-                        uid_to_job[js["metadata"]["uid"]] = int(label)
-            workloads = stack.workloads()
-            nodes, jobs = slurm_nodes_and_jobs(bench_slurm)
-            now = time.time()
-            for wl in workloads:
-                job_id = uid_to_job.get(wl["metadata"].get("labels", {}).get(JOB_UID_LABEL, ""))
-                if job_id is None or job_id in admitted:
-                    continue
-                if describe_workload(wl).state in (WorkloadState.ADMITTED, WorkloadState.FINISHED):
-                    admitted[job_id] = now
-                    admitted_ltt[job_id] = _condition_time(wl, "Admitted") or math.nan
-            for job_id in want - idle.keys() - missed_idle:
-                state = nodes.get(f"b{job_id}-0", "")
-                if state.startswith("IDLE"):
-                    idle[job_id] = now
-                elif state.startswith(("ALLOC", "MIX")):
-                    missed_idle.add(job_id)  # registered and started between two looks
-            for job_id in want - running.keys():
-                job_state, started = jobs.get(job_id, ("", ""))
-                if job_state in ("RUNNING", "COMPLETING", "COMPLETED"):
-                    running[job_id] = now
-                    with contextlib.suppress(ValueError):
-                        start_time[job_id] = dt.datetime.fromisoformat(started).timestamp()
-            time.sleep(0.1)
-        loop_seconds = (time.monotonic() - began) / loops
+        before = Probe.take(stack, bridge)
+        observer = ReleaseObserver(bench_slurm, ids).start()
+        try:
+            # The slow loop: Kueue's admissions (for Admitted -> ...); the observer does the rest.
+            while not observer.done():
+                if time.monotonic() > deadline:
+                    raise AssertionError(
+                        f"{len(observer.running)} of {count} jobs seen RUNNING ({len(admitted)} admitted, "
+                        f"{len(observer.idle)} nodes idle; observer errors {observer.errors[-3:]})\n"
+                        f"{bridge.log_tail()}"
+                    )
+                loops += 1
+                if len(uid_to_job) < count:
+                    for js in stack.jobsets():
+                        label = js["metadata"].get("labels", {}).get(LABEL_JOB_ID, "")
+                        if label.isdigit() and int(label) in want:
+                            uid_to_job[js["metadata"]["uid"]] = int(label)
+                now = time.time()
+                for wl in stack.workloads():
+                    job_id = uid_to_job.get(wl["metadata"].get("labels", {}).get(JOB_UID_LABEL, ""))
+                    if job_id is None or job_id in admitted:
+                        continue
+                    if describe_workload(wl).state in (WorkloadState.ADMITTED, WorkloadState.FINISHED):
+                        admitted[job_id] = now
+                        admitted_ltt[job_id] = _condition_time(wl, "Admitted") or math.nan
+                time.sleep(0.1)
+        finally:
+            observer.stop()
+        loop_seconds = (time.monotonic() - began) / max(loops, 1)
+        during = window(before, Probe.take(stack, bridge), jobs=count)
+        result["load_during"] = load_average()
+        idle, running = observer.idle, observer.running
 
         # The bridge's release calls: its Released Events (eventTime has microseconds).
         released: dict[int, float] = {}
@@ -804,20 +909,42 @@ def test_admission_to_running_latency(
             if event.get("reason") == "Released" and job_id is not None and when is not None:
                 released[job_id] = min(when, released.get(job_id, when))
 
+        # When the bridge decided to release (its "reconciling" log line, after the fresh read of
+        # the job, before the pin-and-release call): splits its share into seeing the node and acting.
+        decided = release_decisions(bridge.log_text(), want)
+
         def seg(a: dict[int, float], b: dict[int, float]) -> list[float]:
             return [b[j] - a[j] for j in ids if j in a and j in b and not math.isnan(a[j] - b[j])]
 
+        stages = (("decided", decided), ("released", released), ("running", running))
+        node_polls = sum(v for k, v in during["rest_calls_by_path"].items() if k.startswith("GET ") and
+                         k.rstrip("/").endswith("/nodes"))  # fmt: skip
         result.update(
             jobs=count,
             submit_seconds=round(submit_seconds, 2),
             observation_loop_seconds=round(loop_seconds, 3),
-            node_idle_missed=len(missed_idle),
-            admitted_to_running=summary(seg(admitted, running)),
-            admitted_to_node_idle=summary(seg(admitted, idle)),
+            observer_round_seconds=round(observer.round_seconds, 4),
+            observer_requests=observer.requests,
+            observer_errors=observer.errors[-5:],
+            node_idle_missed=len(observer.missed),
+            node_idle_to_running=summary(seg(idle, running)),
             node_idle_to_released=summary(seg(idle, released)),
             released_to_running=summary(seg(released, running)),
-            node_idle_to_running=summary(seg(idle, running)),
-            server_times_admitted_to_start=summary(seg(admitted_ltt, start_time)),
+            node_idle_to_release_decided=summary(seg(idle, decided)),
+            release_decided_to_released=summary(seg(decided, released)),
+            admitted_to_running=summary(seg(admitted, running)),
+            admitted_to_node_idle=summary(seg(admitted, idle)),
+            released_to_slurm_start_time=summary(seg(released, observer.start_time)),
+            server_times_admitted_to_start=summary(seg(admitted_ltt, observer.start_time)),
+            bridge_node_polls=int(node_polls),
+            bridge_node_polls_per_s=round(node_polls / during["seconds"], 2),
+            bridge_rest_calls_by_path=during["rest_calls_by_path"],
+            bridge_rest_mean_ms_by_path=during["rest_mean_ms_by_path"],
+            per_job_after_node_idle=[
+                {"job": j, **{f"{name}_s": round(at[j] - idle[j], 3) for name, at in stages if j in at}}
+                for j in ids
+                if j in idle
+            ],
         )
 
         # Every job completes and is cleaned up (nothing timed here beyond the total).
@@ -832,10 +959,34 @@ def test_admission_to_running_latency(
             probe.samples, "k8s_bridge_slurm_admitted_to_running_seconds"
         )
         result["bridge"] = {"cpu_seconds": round(probe.cpu, 2), "peak_rss_mib": round(probe.hwm, 1)}
+        result["reconcile_workers"] = int(
+            total(probe.samples, "controller_runtime_max_concurrent_reconciles", controller="slurm")
+        )
+        result["load_after"] = load_average()
         assert bridge.alive(), bridge.log_tail()
 
     report_latency(result)
     write_result(f"latency-{bench_slurm.version}", result)
+
+
+def release_decisions(log_text: str, jobs: set[int]) -> dict[int, float]:
+    """Per job, the first time the bridge logged its decision to pin and release it (JSON log lines)."""
+    decided: dict[int, float] = {}
+    for line in log_text.splitlines():
+        if '"reconciling"' not in line or "releasing" not in line:
+            continue
+        with contextlib.suppress(ValueError, TypeError):
+            entry = json.loads(line)
+            job_id = int(entry.get("job_id"))
+            when = _parse_time(str(entry.get("timestamp", "")))
+            if job_id in jobs and entry.get("phase") == "releasing" and when is not None:
+                decided.setdefault(job_id, when)
+    return decided
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages (``uptime``), recorded with every latency figure."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 def histogram_summary(samples: Sequence[Sample], name: str) -> dict[str, Any]:
@@ -865,21 +1016,30 @@ def report_latency(r: dict[str, Any]) -> None:
     h = r["bridge_histogram_admitted_to_running"]
     rows: list[tuple[str, Any]] = [
         ("Slurm / REST / extra bridge flags", f"{r['slurm']} / {r['rest']} / {r['bridge_args']}"),
+        ("SchedulerParameters / reconcile workers", f"{r['scheduler_parameters']} / "
+                                                    f"{r['reconcile_workers']}"),
         ("jobs (1 node, 1 CPU, quota for all)", r["jobs"]),
+        ("node IDLE -> RUNNING (release latency)", fmt(r["node_idle_to_running"])),
+        ("  node IDLE -> released (bridge)", fmt(r["node_idle_to_released"])),
+        ("    node IDLE -> release decided (seen, queued, read)", fmt(r["node_idle_to_release_decided"])),
+        ("    release decided -> released (the call)", fmt(r["release_decided_to_released"])),
+        ("  released -> RUNNING (Slurm)", fmt(r["released_to_running"])),
         ("Admitted -> RUNNING", fmt(r["admitted_to_running"])),
         ("  Admitted -> node registered IDLE", fmt(r["admitted_to_node_idle"])),
-        ("  node IDLE -> bridge released (bridge)", fmt(r["node_idle_to_released"])),
-        ("  released -> RUNNING seen (Slurm)", fmt(r["released_to_running"])),
-        ("node IDLE -> RUNNING (release latency)", fmt(r["node_idle_to_running"])),
+        ("released -> Slurm StartTime (1 s res.)", fmt(r["released_to_slurm_start_time"])),
         ("server times: Admitted -> StartTime (1 s res.)", fmt(r["server_times_admitted_to_start"])),
         ("bridge histogram Admitted -> RUNNING", f"mean {h.get('mean')} s  p50 <= {h.get('p50_le')} s  "
                                                  f"p99 <= {h.get('p99_le')} s  (n={h['n']})"),
-        ("observation loop period", f"{r['observation_loop_seconds']} s; node IDLE missed for "
-                                    f"{r['node_idle_missed']} jobs"),
+        ("bridge node polls (GET nodes)", f"{r['bridge_node_polls']} ({r['bridge_node_polls_per_s']}/s)"),
+        ("release observer round", f"{r['observer_round_seconds']} s ({r['observer_requests']} requests); "
+                                   f"node IDLE missed for {r['node_idle_missed']} jobs"),
+        ("admission loop period", f"{r['observation_loop_seconds']} s"),
+        ("load average before / during / after", f"{r['load_before']} / {r['load_during']} / "
+                                                 f"{r['load_after']}"),
         ("completed / cleanup after", f"{r['completed']} / {r['cleanup_after_running_seconds']} s"),
         ("bridge CPU s / peak RSS MiB", f"{r['bridge']['cpu_seconds']} / {r['bridge']['peak_rss_mib']}"),
     ]  # fmt: skip
-    print_table("Slurm bridge release latency (Kueue admission -> job RUNNING)", rows)
+    print_table("Slurm bridge release latency (node registered IDLE -> job RUNNING)", rows)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,6 +8,7 @@ from running on the wrong nodes or being lost.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from reconcilers.slurm import (
     COMMENT_PREFIX,
     AddFinalizer,
     ClearComment,
+    ConvertHold,
     CreateJobSet,
     Decision,
     DeleteJobSet,
@@ -175,13 +177,28 @@ def test_held_job_without_jobset_gets_a_suspended_jobset_with_the_finalizer() ->
 
 def test_user_hold_is_turned_into_the_bridges_admin_hold_at_creation() -> None:
     d = decide(observe(job(state_reason="JobHeldUser")))
-    assert kinds(d) == ["create_jobset", "hold"]
-    assert d.actions[1] == Hold(reason=d.actions[1].reason, best_effort=True)  # type: ignore[attr-defined]
+    assert kinds(d) == ["create_jobset", "convert_hold"]
+    convert = d.actions[1]
+    assert isinstance(convert, ConvertHold)
+    assert isinstance(convert, Hold)  # executed as a hold
+    assert convert.best_effort
+
+
+def test_creating_the_jobset_and_converting_the_hold_run_at_once_without_a_fresh_read() -> None:
+    """The bulk of a burst of held jobs: both actions are independent and harmless on a job the
+    cache shows a poll behind (reconcilers/slurm.py's docstring goes through every case), so the
+    reconciler neither reads the job again nor waits for one before the other."""
+    d = decide(observe(job(state_reason="JobHeldUser")))
+    assert d.concurrent
+    assert not d.needs_confirmation
+    assert not decide(observe(job())).needs_confirmation
 
 
 def test_a_reason_written_earlier_is_cleared_once_the_job_is_servable() -> None:
     d = decide(observe(job(comment=COMMENT_PREFIX + "held: too many nodes")))
     assert kinds(d) == ["create_jobset", "clear_comment"]
+    # Confirmed first: the user may have written their own comment since the last poll.
+    assert d.needs_confirmation
 
 
 def test_a_users_own_comment_is_never_cleared() -> None:
@@ -393,11 +410,52 @@ def test_finished_job_is_cleaned_up_in_order(state: JobState) -> None:
     assert d.phase is Phase.FINISHING
 
 
-def test_cancelled_while_queued_deletes_the_jobset_and_its_recorded_nodes() -> None:
-    d = decide(
-        observe(job(state=JobState.CANCELLED, hold=False), js=jobset(), wl=workload(WorkloadState.PENDING))
-    )
+@pytest.mark.parametrize(
+    "wl", [None, workload(WorkloadState.PENDING), workload(WorkloadState.QUOTA_RESERVED)]
+)
+def test_cancelled_before_admission_deletes_the_jobset_without_node_calls(wl: WorkloadView | None) -> None:
+    """A JobSet that never left suspension had no pod, so no node of it can exist: no delete of the
+    recorded names (one ``scontrol delete`` each on 22.05, on every look until the GC is done)."""
+    cancelled = job(state=JobState.CANCELLED, hold=False)
+    d = decide(observe(cancelled, js=jobset(), wl=wl))
+    assert kinds(d) == ["delete_jobset", "remove_finalizer"]
+    # ... and while the garbage collector finishes the foreground deletion: nothing at all.
+    assert decide(observe(cancelled, js=jobset(deleting=True), wl=wl, has_finalizer=False)).actions == ()
+
+
+@pytest.mark.parametrize(
+    ("js", "wl", "pods"),
+    [
+        (jobset(state=JobSetState.ACTIVE), workload(WorkloadState.ADMITTED), PodsView()),
+        (jobset(state=JobSetState.ACTIVE), None, PodsView()),
+        (jobset(), workload(WorkloadState.PREEMPTED), PodsView()),
+        (jobset(), workload(WorkloadState.EVICTED), PodsView()),
+        (jobset(), workload(WorkloadState.FINISHED), PodsView()),
+        (jobset(), workload(WorkloadState.PENDING), PodsView(present=1)),
+        (jobset(), None, PodsView(active=1)),
+        (jobset(state=JobSetState.FAILED), workload(WorkloadState.PENDING), PodsView(present=2)),
+    ],
+    ids=["admitted", "active, no workload", "preempted", "evicted", "finished", "terminating pod",
+         "active pod", "failed pods"],
+)  # fmt: skip
+def test_recorded_nodes_are_deleted_whenever_one_could_exist_unseen(
+    js: JobSetView, wl: WorkloadView | None, pods: PodsView
+) -> None:
+    """A node registered after the last node poll is not in the observation: while a pod of the JobSet
+    may have run, the names recorded on it are deleted before the finalizer goes."""
+    d = decide(observe(running(state=JobState.CANCELLED), js=js, wl=wl, pods=pods))
+    assert DeleteNodes(names=NAMES) in d.actions
+    assert kinds(d)[-2:] == ["delete_nodes", "remove_finalizer"]
+    # Still so once the finalizer is off, while the GC deletes the pods.
+    gc = decide(observe(None, js=replace(js, deleting=True), wl=wl, pods=pods, has_finalizer=False))
+    assert gc.actions == (DeleteNodes(names=NAMES),)
+
+
+def test_nodes_the_node_source_has_seen_are_always_deleted() -> None:
+    down = tuple(node(n, state=NodeState.DOWN) for n in NAMES)
+    d = decide(observe(job(state=JobState.CANCELLED, hold=False), js=jobset(), nodes=down))
     assert kinds(d) == ["delete_jobset", "delete_nodes", "remove_finalizer"]
+    assert d.actions[1] == DeleteNodes(names=NAMES)
 
 
 def test_vanished_job_with_jobset_present_is_treated_as_finished() -> None:
@@ -414,12 +472,20 @@ def test_crash_after_jobset_delete_resumes_with_nodes_and_finalizer() -> None:
 
 
 def test_crash_after_node_delete_only_the_finalizer_is_left() -> None:
-    o = observe(None, js=jobset(deleting=True))
-    d = decide(o)
+    was_running = jobset(state=JobSetState.ACTIVE, deleting=True)
+    d = decide(observe(None, js=was_running))
     assert kinds(d) == ["delete_nodes", "remove_finalizer"]  # recorded names: deleting a gone node is a no-op
-    assert decide(observe(None, js=jobset(deleting=True), has_finalizer=False)).actions == (
-        DeleteNodes(names=NAMES),
-    )
+    assert decide(observe(None, js=was_running, has_finalizer=False)).actions == (DeleteNodes(names=NAMES),)
+
+
+def test_a_job_missing_from_the_cache_is_confirmed_before_its_cleanup() -> None:
+    d = decide(observe(None, js=jobset(state=JobSetState.ACTIVE), wl=workload(WorkloadState.ADMITTED)))
+    assert d.needs_confirmation
+    assert not d.concurrent  # the finalizer goes last, after the nodes
+    ended = decide(observe(running(state=JobState.COMPLETED), js=jobset(state=JobSetState.ACTIVE)))
+    assert kinds(ended) == ["delete_jobset", "delete_nodes", "remove_finalizer"]
+    assert not ended.needs_confirmation  # an end state in the cache is final
+    assert not decide(observe(None)).needs_confirmation  # nothing to do: nothing to confirm
 
 
 def test_leftover_nodes_of_a_finished_job_without_jobset_are_deleted() -> None:
@@ -493,6 +559,25 @@ def test_pin_is_never_repeated_on_an_unheld_job() -> None:
 def test_unheld_job_in_a_bridged_partition_is_held_within_one_poll() -> None:
     d = decide(observe(job(job_id=7, hold=False, state_reason="Priority")))
     assert kinds(d) == ["hold"]
+    assert d.needs_confirmation  # the job may be the bridge's own release, a poll behind
+
+
+@pytest.mark.parametrize(
+    "o",
+    [
+        observe(job(), js=jobset(), wl=workload(WorkloadState.ADMITTED), nodes=IDLE),  # pin and release
+        observe(running(), js=jobset(), wl=workload(WorkloadState.PREEMPTED)),  # requeue-hold
+        observe(released(), js=jobset(), wl=workload(WorkloadState.EVICTED)),  # hold
+        observe(released(), js=jobset(deleting=True)),  # hold
+        observe(job(node_count=100000)),  # report unservable
+    ],
+    ids=["pin", "requeue-hold", "evicted hold", "deleted hold", "unservable"],
+)
+def test_every_other_slurm_write_is_confirmed_on_a_fresh_read(o: Observed) -> None:
+    d = decide(o)
+    assert d.actions
+    assert d.needs_confirmation
+    assert not d.concurrent
 
 
 def test_user_released_job_with_jobset_not_admitted_is_held_again() -> None:
@@ -684,6 +769,26 @@ def test_invariants_over_the_state_space(
     if "remove_finalizer" in names:
         assert names[-1] == "remove_finalizer"
         assert not any(isinstance(a, (Hold, RequeueHold, PinAndRelease)) for a in d.actions)
+        assert not d.concurrent
+        # No node may leak: a node registered after the last node poll exists only if a pod of the
+        # JobSet may have run, and then every recorded name is deleted before the finalizer goes.
+        assert js is not None
+        if (
+            active_pods
+            or not js.suspended
+            or (wl is not None and wl.state not in (WorkloadState.PENDING, WorkloadState.QUOTA_RESERVED))
+        ):
+            deleted = {n for a in d.actions if isinstance(a, DeleteNodes) for n in a.names}
+            assert deleted >= set(NAMES)
+    if d.concurrent:
+        # Only independent actions run at once: the JobSet's creation and what goes with it.
+        assert set(names) <= {"create_jobset", "convert_hold", "clear_comment"}
+    if any(isinstance(a, (PinAndRelease, RequeueHold, ReportUnservable)) for a in d.actions):
+        assert d.needs_confirmation
+    if any(type(a) is Hold for a in d.actions):
+        assert d.needs_confirmation  # a guard hold; the hold conversion (ConvertHold) is not confirmed
+    if the_job is None and d.actions:
+        assert d.needs_confirmation
     if "clear_comment" in names:
         assert the_job is not None
         assert the_job.comment.startswith(COMMENT_PREFIX)

@@ -5,8 +5,9 @@ Fakes stand in for the API server and slurmrestd (unit tier); the e2e tier runs 
 
 from __future__ import annotations
 
+import asyncio
 import copy
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 
 import pytest
@@ -18,10 +19,11 @@ from bridge.api.slurm_node import NodeState, SlurmNode
 from bridge.runtime.cache import Store
 from bridge.runtime.client import Client
 from bridge.runtime.controller import Request, Result
-from bridge.runtime.errors import NotFound
+from bridge.runtime.errors import ApiError, NotFound
 from bridge.runtime.handlers import Object
 from bridge.slurm.errors import InvalidJobId, InvalidNodeName, SlurmAPIError, SlurmUnavailable
 from bridge.slurm.metrics import slurm_metrics
+from bridge.slurm.program import Settings, parse_args
 from bridge.slurm.source import node_object
 from reconcilers.slurm import (
     INDEX_JOB,
@@ -83,6 +85,9 @@ class FakeSlurm:
         self.down = down
         self.gone_nodes: set[str] = set()
         self.refuse_hold = False
+        self.hold_error: Exception | None = None
+        self.delete_error: Exception | None = None
+        self.before_hold: Callable[[], Awaitable[None]] | None = None
 
     def _check(self) -> None:
         if self.down:
@@ -97,7 +102,11 @@ class FakeSlurm:
         return job
 
     async def hold_job(self, job_id: int) -> None:
+        if self.before_hold is not None:
+            await self.before_hold()
         self.calls.append(("hold", job_id))
+        if self.hold_error is not None:
+            raise self.hold_error
         if self.refuse_hold:
             raise SlurmAPIError("Job update requested failed", status=500, error_number=2015)
 
@@ -120,16 +129,24 @@ class FakeSlurm:
         if name in self.gone_nodes:
             raise InvalidNodeName(f"{name} gone", error_number=2018)
         self.calls.append(("delete_node", name))
+        if self.delete_error is not None:
+            raise self.delete_error
 
 
 class FakeKube:
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str, str], Object] = {}
         self.calls: list[tuple[Any, ...]] = []
+        self.create_error: Exception | None = None
+        self.before_create: Callable[[], Awaitable[None]] | None = None
 
     async def create(self, obj: Object, **kwargs: Any) -> Object:
+        if self.before_create is not None:
+            await self.before_create()
         meta = obj["metadata"]
         self.calls.append(("create", obj["kind"], meta["name"]))
+        if self.create_error is not None:
+            raise self.create_error
         stored = copy.deepcopy(obj)
         stored["metadata"].update(uid="uid-1", resourceVersion="1")
         self.objects[(obj["kind"], meta.get("namespace", ""), meta["name"])] = stored
@@ -152,11 +169,14 @@ class FakeKube:
         return None
 
 
-def jobset_object(*, deleting: bool = False, finalizers: list[str] | None = None) -> Object:
+def jobset_object(
+    *, deleting: bool = False, finalizers: list[str] | None = None, suspended: bool = True
+) -> Object:
     translation = translate(held(), SPEC)
     assert isinstance(translation, Translation)
     obj = copy.deepcopy(dict(translation.manifest))
     obj["metadata"].update(uid="js-uid", resourceVersion="7", finalizers=finalizers or [FINALIZER])
+    obj["spec"]["suspend"] = suspended
     if deleting:
         obj["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     return obj
@@ -282,7 +302,7 @@ async def test_waiting_for_nodes_requeues_soon() -> None:
 
 async def test_vanished_job_is_cleaned_up_and_the_finalizer_removed_last() -> None:
     w = World()
-    w.add_jobset(jobset_object())
+    w.add_jobset(jobset_object(suspended=False))
     for name in ("b42-0", "b42-1"):
         w.nodes.put(node_object(idle(name)))
     w.slurm.gone_nodes.add("b42-1")  # deleted already, before a crash: ignored
@@ -387,8 +407,148 @@ async def test_a_refused_admin_hold_of_a_user_held_job_is_not_an_error() -> None
     assert ("hold", 42) in w.slurm.calls
 
 
+async def test_a_guard_hold_makes_the_job_source_poll_at_once() -> None:
+    w = World(held(hold=False, state_reason="Priority"))
+    await w.reconcile()
+    assert w.slurm.calls == [("get_job", 42), ("hold", 42)]
+    assert w.jobs.triggers == 1
+
+
 async def test_a_refused_guard_hold_is_retried() -> None:
     w = World(held(hold=False, state_reason="Priority"))
     w.slurm.refuse_hold = True
     with pytest.raises(SlurmAPIError):
         await w.reconcile()
+
+
+# --- the JobSet's creation: no fresh read, independent actions at once ----------------------------
+
+
+async def test_a_user_held_job_gets_its_jobset_and_the_admin_hold_without_a_fresh_read() -> None:
+    w = World(held(state_reason="JobHeldUser"))
+    assert await w.reconcile() == Result()
+    assert w.slurm.calls == [("hold", 42)]  # no GET job/42 first
+    assert w.kube.calls == [("create", "JobSet", "slurm-hpc-42")]
+    # No poll at once for the conversion: nothing waits on seeing it, and in a burst of held jobs
+    # slurmctld would list every job back to back.
+    assert w.jobs.triggers == 0
+    assert w.metric("k8s_bridge_slurm_actions_total", action="convert_hold", result="ok") == 1
+    assert w.reconciler.phases == {"hpc/42": "queued"}
+
+
+async def test_creating_the_jobset_and_converting_the_hold_overlap() -> None:
+    """Each fake waits until the other has started: run one after the other, neither would finish."""
+    w = World(held(state_reason="JobHeldUser"))
+    create_started, hold_started = asyncio.Event(), asyncio.Event()
+
+    async def before_create() -> None:
+        create_started.set()
+        await asyncio.wait_for(hold_started.wait(), timeout=2)
+
+    async def before_hold() -> None:
+        hold_started.set()
+        await asyncio.wait_for(create_started.wait(), timeout=2)
+
+    w.kube.before_create, w.slurm.before_hold = before_create, before_hold
+    assert await w.reconcile() == Result()
+    assert w.kube.calls == [("create", "JobSet", "slurm-hpc-42")]
+    assert w.slurm.calls == [("hold", 42)]
+
+
+async def test_a_failed_create_lets_the_hold_conversion_finish_and_is_raised_as_itself() -> None:
+    w = World(held(state_reason="JobHeldUser"))
+    w.kube.create_error = ApiError(500, "InternalError", "etcd timed out")
+    with pytest.raises(ApiError, match="etcd timed out"):
+        await w.reconcile()
+    assert w.slurm.calls == [("hold", 42)]
+    assert w.metric("k8s_bridge_slurm_actions_total", action="create_jobset", result="error") == 1
+    assert w.metric("k8s_bridge_slurm_actions_total", action="convert_hold", result="ok") == 1
+
+
+async def test_slurmrestd_down_during_the_hold_conversion_still_creates_and_retries_calmly() -> None:
+    w = World(held(state_reason="JobHeldUser"))
+    w.slurm.hold_error = SlurmUnavailable("connection refused")
+    assert await w.reconcile() == Result(requeue_after=SLURM_RETRY)
+    assert w.kube.calls == [("create", "JobSet", "slurm-hpc-42")]
+
+
+async def test_a_job_that_ended_since_the_poll_gets_a_jobset_that_the_next_look_deletes() -> None:
+    """The cache still shows the job user-held; slurmctld has finished it. The hold conversion finds it
+    gone (not an error), and the next reconcile, on the finished job, deletes the new JobSet."""
+    w = World(held(state_reason="JobHeldUser"))
+    w.slurm.hold_error = InvalidJobId("gone", error_number=2017)
+    assert await w.reconcile() == Result()
+    assert w.kube.calls == [("create", "JobSet", "slurm-hpc-42")]
+    w.add_jobset(jobset_object())
+    w.jobs.jobs[42] = held(state=JobState.CANCELLED, hold=False)
+    w.kube.calls.clear()
+    w.slurm.calls.clear()
+    await w.reconcile()
+    assert [c[:3] for c in w.kube.calls] == [
+        ("delete", "JobSet", "slurm-hpc-42"),
+        ("patch", "JobSet", "slurm-hpc-42"),
+    ]
+    assert w.slurm.calls == []  # never admitted: no node of it can exist
+    assert w.reconciler.phases == {"hpc/42": "finishing"}
+
+
+async def test_a_comment_is_cleared_only_if_the_fresh_read_still_shows_the_bridges() -> None:
+    """The cache shows the bridge's old reason; the user has written their own comment since."""
+    old = "k8s-bridge: held: too many nodes"
+    w = World(held(comment=old))
+    w.slurm.jobs = Jobs(held(comment="my own note"))
+    await w.reconcile()
+    assert w.slurm.calls == [("get_job", 42)]
+    assert w.kube.calls == [("create", "JobSet", "slurm-hpc-42")]
+    # Had the fresh read still shown the bridge's reason, it would have been cleared.
+    w.slurm.jobs = w.jobs
+    w.slurm.calls.clear()
+    await w.reconcile()
+    assert w.slurm.calls == [("get_job", 42), ("comment", 42, "")]
+
+
+# --- cleanup: in order, and no calls for nodes that cannot exist -------------------------------------
+
+
+async def test_a_failed_node_delete_keeps_the_finalizer() -> None:
+    w = World(held(state=JobState.CANCELLED, hold=False))
+    w.add_jobset(jobset_object(suspended=False))
+    w.slurm.delete_error = SlurmAPIError("slurmctld busy", error_number=9999)
+    with pytest.raises(SlurmAPIError):
+        await w.reconcile()
+    assert [c[0] for c in w.kube.calls] == ["delete"]  # the JobSet; never the finalizer patch
+
+
+async def test_a_job_cancelled_before_admission_costs_no_node_calls() -> None:
+    w = World(held(state=JobState.CANCELLED, hold=False))
+    w.add_jobset(jobset_object())
+    w.workloads.put(workload_object(admitted=False))
+    await w.reconcile()
+    assert w.slurm.calls == []
+    assert [c[:3] for c in w.kube.calls] == [
+        ("delete", "JobSet", "slurm-hpc-42"),
+        ("patch", "JobSet", "slurm-hpc-42"),
+    ]
+
+
+async def test_a_node_registered_after_the_last_node_poll_is_deleted_before_the_finalizer_goes() -> None:
+    """Admitted, pods running, the node source has not seen the nodes yet, the job is cancelled."""
+    w = World(held(state=JobState.CANCELLED, hold=False))
+    w.add_jobset(jobset_object(suspended=False))
+    w.workloads.put(workload_object(admitted=True))
+    await w.reconcile()
+    assert w.slurm.calls == [("delete_node", "b42-0"), ("delete_node", "b42-1")]
+    assert [c[0] for c in w.kube.calls] == ["delete", "patch"]
+
+
+# --- workers ---------------------------------------------------------------------------------------
+
+
+def test_the_default_worker_count_is_the_measured_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reconciles wait on slurmrestd and the API server, not on the CPU: 32 workers, from the sweep in
+    experiments/001-slurm-bridge-throughput (4 made the bridge the bottleneck). The flag's default and
+    the in-process default agree."""
+    monkeypatch.delenv("K8S_BRIDGE_MAX_CONCURRENT_RECONCILES", raising=False)
+    _, settings, _ = parse_args(["--config", "site"])
+    assert settings.max_concurrent_reconciles == 32
+    assert Settings(config="site").max_concurrent_reconciles == 32

@@ -7,6 +7,8 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from bridge.api.slurm_job import JobState, SlurmJob
 from bridge.api.slurm_node import NodeState, SlurmNode
 from bridge.runtime.controller import Request
@@ -232,3 +234,142 @@ async def test_node_source_falls_back_to_whole_lists_when_the_conditional_one_is
     assert slurm.calls == ["list_nodes(None)", "list_nodes(555)", "list_nodes(None)"]
     assert sorted(src.store.keys()) == ["b42-0", "b42-1"]
     assert not src.conditional
+
+
+# --- the node source's adaptive interval and triggers ---------------------------------------------
+
+
+class VirtualTime:
+    """A fake ``sleep`` on a virtual clock: each nap advances ``now`` at once and yields."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.naps: list[float] = []
+
+    async def sleep(self, delay: float) -> None:
+        self.naps.append(delay)
+        self.now += delay
+        await asyncio.sleep(0)
+
+
+class TimedNodes:
+    """A node lister that records the virtual time of every poll (and fails when told to)."""
+
+    def __init__(self, clock: VirtualTime, *, failing: Callable[[float], bool] = lambda now: False) -> None:
+        self.clock = clock
+        self.failing = failing
+        self.polls: list[float] = []
+
+    async def list_nodes(self, *, update_time: int | None = None) -> NodesPage:
+        self.polls.append(round(self.clock.now, 6))
+        if self.failing(self.clock.now):
+            raise SlurmUnavailable("down")
+        return NodesPage(nodes=(snode("b42-0", "bridge-job-42"),), update_time=len(self.polls))
+
+
+async def run_until(src: SlurmNodeSource, done: Callable[[], bool]) -> None:
+    async with asyncio.TaskGroup() as tg:
+        task = tg.create_task(src.run())
+        async with asyncio.timeout(5):
+            while not done():
+                await asyncio.sleep(0)
+        task.cancel()
+
+
+def adaptive_source(
+    slurm: TimedNodes, clock: VirtualTime, wanted: Callable[[], bool], **kw: Any
+) -> SlurmNodeSource:
+    return SlurmNodeSource(
+        slurm=slurm,
+        keep=lambda n: True,
+        interval=kw.pop("interval", 1.0),
+        fast_interval=kw.pop("fast_interval", 0.2),
+        wanted=wanted,
+        sleep=clock.sleep,
+        backoff=source_backoff(1.0),
+        **kw,
+    )
+
+
+async def test_node_source_polls_fast_only_while_a_registration_is_due() -> None:
+    clock = VirtualTime()
+    slurm = TimedNodes(clock)
+    due = lambda: 3.0 <= clock.now < 4.0 + 1e-9  # noqa: E731 - a registration due from t=3 s to t=4 s
+    src = adaptive_source(slurm, clock, due)
+    await run_until(src, lambda: len(slurm.polls) >= 12)
+    # Idle: once a second; due: every 0.2 s; then once a second again, counted from the last poll.
+    assert slurm.polls[:12] == pytest.approx([0, 1, 2, 3, 3.2, 3.4, 3.6, 3.8, 4.0, 5.0, 6.0, 7.0])
+    # While idle it only looks at wanted() every 0.2 s: naps, no requests.
+    assert max(clock.naps) == pytest.approx(0.2)
+
+
+async def test_node_source_turns_fast_within_one_fast_interval_of_wanted() -> None:
+    clock = VirtualTime()
+    slurm = TimedNodes(clock)
+    src = adaptive_source(slurm, clock, lambda: clock.now >= 0.5)
+    await run_until(src, lambda: len(slurm.polls) >= 3)
+    # Due from t=0.5 s: the poll comes at the next 0.2 s look (t=0.6 s), not at the idle t=1 s.
+    assert slurm.polls[:3] == pytest.approx([0, 0.6, 0.8])
+
+
+async def test_node_source_without_a_fast_interval_keeps_its_interval() -> None:
+    clock = VirtualTime()
+    slurm = TimedNodes(clock)
+    src = adaptive_source(slurm, clock, lambda: True, fast_interval=None)
+    await run_until(src, lambda: len(slurm.polls) >= 3)
+    assert slurm.polls[:3] == pytest.approx([0, 1, 2])
+    assert clock.naps[:2] == [1.0, 1.0]
+
+
+async def test_a_failing_node_source_keeps_its_backoff_while_wanted() -> None:
+    clock = VirtualTime()
+    slurm = TimedNodes(clock, failing=lambda now: now < 3.0)
+    src = adaptive_source(slurm, clock, lambda: True)
+    await run_until(src, lambda: len(slurm.polls) >= 4)
+    gaps = [b - a for a, b in zip(slurm.polls, slurm.polls[1:], strict=False)]
+    assert all(gap >= 0.8 for gap in gaps[:2]), slurm.polls  # backoff (0.8 s doubling), not 0.2 s
+    assert src.failures >= 2
+
+
+async def test_triggers_during_a_poll_in_flight_coalesce_into_one_poll_after_it() -> None:
+    clock = VirtualTime()
+    release = asyncio.Event()
+    in_flight = 0
+    most_at_once = 0
+    polls = 0
+
+    class SlowNodes:
+        async def list_nodes(self, *, update_time: int | None = None) -> NodesPage:
+            nonlocal in_flight, most_at_once, polls
+            polls += 1
+            in_flight += 1
+            most_at_once = max(most_at_once, in_flight)
+            if polls == 2:
+                await release.wait()  # the second poll stays in flight until released
+            in_flight -= 1
+            return NodesPage(nodes=(), update_time=polls)
+
+    src = SlurmNodeSource(
+        slurm=SlowNodes(), keep=lambda n: True, interval=3600.0, fast_interval=0.2,
+        wanted=lambda: False, sleep=clock.sleep,
+    )  # fmt: skip
+    async with asyncio.TaskGroup() as tg:
+        task = tg.create_task(src.run())
+        async with asyncio.timeout(5):
+            while polls < 1 or in_flight:
+                await asyncio.sleep(0)
+            src.trigger()  # ends the idle wait: poll 2 starts and stays in flight
+            while polls < 2:
+                await asyncio.sleep(0)
+            for _ in range(5):  # five pods became ready meanwhile
+                src.trigger()
+            release.set()
+            while polls < 3:
+                await asyncio.sleep(0)
+            waited = clock.now
+            for _ in range(200):  # let the loop run on: nothing more is due for an hour
+                await asyncio.sleep(0)
+        task.cancel()
+    assert polls == 3  # the five triggers made exactly one poll, right after the one in flight
+    assert most_at_once == 1
+    assert waited < 3600.0  # at once, not after the interval
