@@ -218,13 +218,19 @@ def lock_workdir(workdir: Path) -> int:
     live runner's. The kernel drops the lock when its holder dies, SIGKILL included.
     """
     workdir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(workdir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    return _lock_file(workdir / LOCK_FILE, busy=f"is using {workdir}")
+
+
+def _lock_file(path: Path, *, busy: str) -> int:
+    """Take an exclusive ``flock`` on ``path`` (not inherited by children) and write our pid in it;
+    if another process holds it, fail with its pid and ``busy``."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
         os.close(fd)
-        raise StackError(f"another process runner (pid {holder}) is using {workdir}") from None
+        raise StackError(f"another process runner (pid {holder}) {busy}") from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
@@ -242,16 +248,7 @@ def lock_node(node: str, *, lock_dir: Path = NODE_LOCK_DIR) -> int:
         raise ValueError(f"not a node name: {node!r}")
     lock_dir.mkdir(parents=True, exist_ok=True)
     path = lock_dir / f"runner-{node}.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-        os.close(fd)
-        raise StackError(f"another process runner (pid {holder}) is serving node {node} ({path})") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
+    return _lock_file(path, busy=f"is serving node {node} ({path})")
 
 
 def reclaim(workdir: Path) -> dict[str, list[int]]:
