@@ -20,8 +20,10 @@ the cached job may lag a poll behind slurmctld (and behind the bridge's own last
 decision that could do harm on a stale job is taken again on a fresh read (``GET /job/<id>``) before
 anything runs: pin-and-release (a job is pinned and released only while it is still held),
 requeue-hold, the guard's holds, the unservable report (no duplicate Event after our own comment)
-and clearing a comment (a user may have written their own since the poll), and the cleanup of a job
-missing from the cache (it may not be in the cache yet). The decision that creates a JobSet for a
+and clearing a comment (a user may have written their own since the poll), the cleanup of a job
+missing from the cache (it may not be in the cache yet), and every removal of a live job's nodes
+(rows 4, 15 and 17: a cache a poll behind the bridge's own release still shows the job held, and its
+nodes would be deleted under a job Slurm is starting). The decision that creates a JobSet for a
 held job is not confirmed: it is the bulk of the work and everything in it is harmless on a stale
 view, because the JobSet cache (not the job) says there is no JobSet, and whatever the job became
 since the poll, a reconcile after the next poll finds the JobSet and does what the fresh job calls
@@ -317,8 +319,9 @@ class Decision:
     once, one task each, all awaited; a failure does not cancel the others, and the first failure in
     ``actions`` order is raised once all have finished."""
     confirm: bool = False
-    """Confirm on a fresh read of the job even if no action asks for it (the job is missing from the
-    cache: "vanished" must be true before its JobSet and nodes are cleaned up)."""
+    """Confirm on a fresh read of the job even if no action asks for it: the job is missing from the
+    cache ("vanished" must be true before its JobSet and nodes are cleaned up), or the nodes of a job
+    the cache shows held are removed (it may have been released since the poll)."""
     requeue_after: float | None = None
     phase: Phase | None = None
     """None: nothing of this job is left to track (finished and cleaned up, or not ours)."""
@@ -506,7 +509,11 @@ def decide(o: Observed) -> Decision:
                 phase=Phase.EVICTED,
                 why="JobSet deleted under a released job: hold",
             )
-        return _cleanup(o, why="JobSet deleted while the job is held", delete_jobset=False, phase=Phase.HELD)
+        # Confirmed: a cache a poll behind the bridge's own release still shows the job held, and
+        # deleting its nodes then would pull them from under a job Slurm is starting.
+        return _cleanup(
+            o, why="JobSet deleted while the job is held", delete_jobset=False, phase=Phase.HELD, confirm=True
+        )
 
     if job.is_running:
         if js is None:
@@ -599,7 +606,9 @@ def decide(o: Observed) -> Decision:
     if js.state in (JobSetState.COMPLETED, JobSetState.FAILED) or (
         wl is not None and wl.state is WorkloadState.FINISHED
     ):
-        return _cleanup(o, why=f"the JobSet ended ({js.state}) before the job ran", phase=Phase.QUEUED)
+        return _cleanup(
+            o, why=f"the JobSet ended ({js.state}) before the job ran", phase=Phase.QUEUED, confirm=True
+        )
     if wl is None or wl.state in (WorkloadState.PENDING, WorkloadState.QUOTA_RESERVED):
         state = "not made yet" if wl is None else wl.state
         return Decision(actions=pre, phase=Phase.QUEUED, why=f"waiting for Kueue (Workload {state})")
@@ -608,6 +617,7 @@ def decide(o: Observed) -> Decision:
         if o.nodes and o.pods.active == 0:
             return Decision(
                 actions=(*pre, DeleteNodes(names=tuple(n.name for n in o.nodes))),
+                confirm=True,
                 phase=Phase.EVICTED,
                 why=f"Workload {wl.state}, job held: deleting the stale nodes",
             )

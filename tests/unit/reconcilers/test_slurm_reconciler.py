@@ -289,6 +289,22 @@ async def test_pin_is_skipped_when_the_fresh_read_shows_the_job_already_released
     assert [c[0] for c in w.slurm.calls] == ["get_job"]
 
 
+async def test_nodes_are_not_deleted_under_a_job_the_cache_shows_held_but_slurm_has_released() -> None:
+    """Someone deletes the JobSet just after the bridge released the job; the job source is a poll
+    behind and still shows it held. A fresh read shows the release: the job is held again first,
+    and its nodes stay until it is (row 3, not row 4)."""
+    w = World(held())
+    w.add_jobset(jobset_object(deleting=True))
+    w.workloads.put(workload_object(admitted=True))
+    for name in ("b42-0", "b42-1"):
+        w.nodes.put(node_object(idle(name)))
+    w.slurm.jobs = Jobs(
+        held(hold=False, required_nodes=("b42-0", "b42-1"), features="bridge-job-42", state_reason="None")
+    )
+    await w.reconcile()
+    assert [c[0] for c in w.slurm.calls] == ["get_job", "hold"]
+
+
 async def test_waiting_for_nodes_requeues_soon() -> None:
     w = World(held())
     w.add_jobset(jobset_object())
