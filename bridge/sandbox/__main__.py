@@ -26,6 +26,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from bridge.sandbox import owners
 from bridge.sandbox.build import MissingPrerequisiteError
 from bridge.sandbox.e2e import JOBSETS, E2ESettings, E2EStack
 from bridge.sandbox.processes import StackError
@@ -137,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     keep = args.workdir is not None
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="k8s-bridge-sandbox-"))
     workdir.mkdir(parents=True, exist_ok=True)
+    record = owners.current()
+    entry = None if keep else record.add_directory(workdir)  # removed by the next start should we die
     try:
         with (
             KubeStack(workdir=workdir / "kube", keep_workdir=keep) as kube,
@@ -162,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)
+        if entry is not None:
+            record.discard(entry)
     return 0
 
 

@@ -47,7 +47,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from bridge.sandbox import owners
 from bridge.sandbox.build import MissingPrerequisiteError, StackPaths, stack_paths
+from bridge.sandbox.leftovers import reclaim_leftovers
 from bridge.sandbox.processes import ManagedProcess, ProcessGroup, StackError, free_port, wait_until
 
 __all__ = [
@@ -386,6 +388,7 @@ class ControlPlane:
         self._client: RestClient | None = None
         self._lock = threading.RLock()
         self._stopped = False
+        self._workdir_entry: tuple[owners.OwnerRecord, str] | None = None
 
     # -- public surface ------------------------------------------------------------------------
 
@@ -414,9 +417,17 @@ class ControlPlane:
         return f"http://127.0.0.1:{self.etcd_port}"
 
     def start(self) -> Self:
-        """Certificates, etcd, kube-apiserver, kubeconfig; returns once ``/readyz`` answers ok."""
+        """Certificates, etcd, kube-apiserver, kubeconfig; returns once ``/readyz`` answers ok.
+
+        First, what dead processes left of any stack is reclaimed (:mod:`bridge.sandbox.leftovers`);
+        a temporary workdir of our own is recorded, so that it goes too should this process die.
+        """
         apiserver_binary = require_binary(self.paths.kube_apiserver, "kube-apiserver")
         etcd_binary = require_binary(self.paths.etcd, "etcd")
+        reclaim_leftovers()
+        if self._own_workdir and not self.keep_workdir and self._workdir_entry is None:
+            record = owners.current()
+            self._workdir_entry = (record, record.add_directory(self.workdir))
         self._stopped = False
         try:
             network = ipaddress.ip_network(self.service_cluster_ip_range)
@@ -441,6 +452,10 @@ class ControlPlane:
             self.apiserver = self.etcd = None
             if self._own_workdir and not self.keep_workdir:
                 shutil.rmtree(self.workdir, ignore_errors=True)
+                if self._workdir_entry is not None:
+                    record, entry = self._workdir_entry
+                    record.discard(entry)
+                    self._workdir_entry = None
 
     def restart_apiserver(self, *, down_for: float = 0.0) -> None:
         """Stop kube-apiserver (SIGTERM), optionally stay down ``down_for`` s, start it again, wait ready.

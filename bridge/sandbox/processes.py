@@ -5,6 +5,11 @@ machine), each on free loopback ports in its own temporary directory. Each daemo
 new session (its own process group), its output goes to ``<workdir>/logs/<name>.log``, and stopping
 it signals that process group: SIGTERM, then SIGKILL after a grace period. Nothing is found by name,
 so a developer's own daemons are never touched, and nothing started here is left behind.
+
+Nor after a crash: each daemon is recorded (pid and start time) in the starting process's owner record
+and carries its token in ``K8S_BRIDGE_OWNER`` (:mod:`bridge.sandbox.owners`), and the entry is dropped
+once the daemon is stopped; when the starting process dies first, the next start of a stack (or
+``scripts/dev cleanup``) kills what it left.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from bridge.sandbox import owners
 
 
 class StackError(RuntimeError):
@@ -46,6 +53,9 @@ class ManagedProcess:
     argv: Sequence[str]
     log_path: Path
     popen: subprocess.Popen[bytes]
+    record: owners.OwnerRecord | None = None
+    entry: str | None = None
+    """Its entry in ``record`` (the owner record of the process that started it), dropped once stopped."""
 
     @property
     def pid(self) -> int:
@@ -91,10 +101,15 @@ def port_open(host: str, port: int) -> bool:
 
 @dataclass
 class ProcessGroup:
-    """Owns the daemons of one stack; stops them in reverse start order."""
+    """Owns the daemons of one stack; stops them in reverse start order.
+
+    ``mark_environment=False`` leaves the owner's token out of the daemons' environment (the process
+    runner's containers get exactly their pod's environment); they are still recorded.
+    """
 
     workdir: Path
     processes: list[ManagedProcess] = field(default_factory=list)
+    mark_environment: bool = True
 
     def __post_init__(self) -> None:
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
@@ -110,7 +125,12 @@ class ProcessGroup:
     ) -> ManagedProcess:
         """Start ``argv`` (never through a shell) in its own session, logging to ``logs/<name>.log``."""
         log_path = self.workdir / "logs" / f"{name}.log"
+        record = owners.current()
         environment = {**(os.environ if inherit_env else {}), **(env or {})}
+        if self.mark_environment:
+            environment[owners.OWNER_ENV] = record.token
+        else:
+            environment.pop(owners.OWNER_ENV, None)
         with log_path.open("ab") as log:
             popen = subprocess.Popen(
                 list(argv),
@@ -121,7 +141,15 @@ class ProcessGroup:
                 cwd=cwd or self.workdir,
                 start_new_session=True,
             )
-        process = ManagedProcess(name=name, argv=list(argv), log_path=log_path, popen=popen)
+        try:
+            entry = record.add_process(popen.pid)  # before any wait: the pid is still this child's
+        except BaseException:
+            popen.kill()
+            popen.wait()
+            raise
+        process = ManagedProcess(
+            name=name, argv=list(argv), log_path=log_path, popen=popen, record=record, entry=entry
+        )
         self.processes.append(process)
         return process
 
@@ -137,6 +165,9 @@ class ProcessGroup:
             os.killpg(process.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.popen.wait(timeout=5)
+        if process.record is not None and process.entry is not None and process.popen.returncode is not None:
+            process.record.discard(process.entry)
+            process.entry = None
         if process in self.processes:
             self.processes.remove(process)
 

@@ -20,6 +20,9 @@ How it is laid out:
 - Ray's temporary directories live in the stack's workdir. Ray puts unix sockets there, whose
   paths are limited to 107 bytes; when the workdir is too deep, a short directory under /tmp is used
   and moved into the workdir on stop.
+- After a crash, the next start of a stack kills what the dead process left (the head's and workers'
+  process groups are recorded, and every Ray process carries its owner's token in its environment),
+  removes the workers' namespaces and a borrowed /tmp root (:mod:`bridge.sandbox.leftovers`).
 - Stopping sends SIGTERM to ``ray start`` alone (it drains the node through the GCS and stops its
   children in order; signalling the whole group kills the GCS first and ``ray start`` then hangs
   retrying it), then SIGKILLs what is left of the process group this code started.
@@ -45,7 +48,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bridge.sandbox import owners
 from bridge.sandbox.build import MissingPrerequisiteError, load_versions
+from bridge.sandbox.leftovers import reclaim_leftovers
 from bridge.sandbox.netns import NetworkNamespace, create_namespace
 from bridge.sandbox.processes import ManagedProcess, ProcessGroup, StackError, log_tail, wait_until
 
@@ -247,6 +252,7 @@ class RayHead:
     _owns_group: bool = field(default=False, init=False)
     _ray_root: Path | None = field(default=None, init=False)
     _ray_root_borrowed: bool = field(default=False, init=False)
+    _ray_root_entry: tuple[owners.OwnerRecord, str] | None = field(default=None, init=False)
     _ray: Path | None = field(default=None, init=False)
 
     # ---- lifecycle -------------------------------------------------------------------------------
@@ -256,6 +262,7 @@ class RayHead:
         if self._process is not None:
             raise StackError("this Ray head is already started")
         self._ray = _ray_executable()
+        reclaim_leftovers()
         self.host = self.host or reachable_host_address()
         self.workdir.mkdir(parents=True, exist_ok=True)
         if self.group is None:
@@ -532,7 +539,10 @@ class RayHead:
             preferred.mkdir(parents=True, exist_ok=True)
             return preferred
         self._ray_root_borrowed = True
-        return Path(tempfile.mkdtemp(prefix="kb-ray-"))
+        borrowed = Path(tempfile.mkdtemp(prefix="kb-ray-"))
+        record = owners.current()
+        self._ray_root_entry = (record, record.add_directory(borrowed))  # deleted should we die
+        return borrowed
 
     def _keep_ray_root_in_workdir(self) -> None:
         """Move a /tmp fallback root into the workdir, so logs stay with the stack and /tmp stays clean."""
@@ -546,6 +556,10 @@ class RayHead:
         shutil.move(str(root), str(target), copy_function=_copy_regular_files)
         shutil.rmtree(root, ignore_errors=True)
         self._ray_root, self._ray_root_borrowed = target, False
+        if self._ray_root_entry is not None:
+            record, entry = self._ray_root_entry
+            record.discard(entry)
+            self._ray_root_entry = None
 
     def _ready(self) -> bool:
         """The Job API answers and the head's own node is alive (its raylet and agents are up)."""

@@ -44,6 +44,12 @@ does not reach. Deleting a pod's namespace likewise kills whatever is left in it
 scans /proc), so a finished or deleted pod leaves no process either; a namespace whose processes
 survive the kill timeout keeps its name, to be retried. :meth:`ProcessRunner.stop` stops every
 process it started and deletes every namespace it created.
+
+A pod's directory goes once nothing needs its record any more (:func:`pod_dir_removable`): when the
+runner is done with the pod and its namespace is gone, and at start for every pod whose namespace is
+gone after the reclaim (:func:`prune_pod_dirs`), so that ``<workdir>/pods`` holds only live pods and
+namespaces still to be removed. The namespaces are also claimed (:mod:`bridge.sandbox.netns`), so a
+runner killed for good is cleaned up after by the next start of any stack, whatever its workdir.
 """
 
 from __future__ import annotations
@@ -117,10 +123,12 @@ __all__ = [
     "node_manifest",
     "node_status",
     "pod_argv",
+    "pod_dir_removable",
     "pod_hostname",
     "pod_namespaces",
     "pod_phase",
     "pod_status",
+    "prune_pod_dirs",
     "reclaim",
     "should_restart",
     "terminal_phase",
@@ -211,6 +219,39 @@ def pod_namespaces(workdir: Path) -> set[str]:
     return names - {""}
 
 
+def pod_dir_removable(*, recorded: str | None, in_use: bool, exists: bool) -> bool:
+    """Whether a pod's directory (``<workdir>/pods/<uid>``) can be deleted.
+
+    ``recorded`` is the namespace name it records (None: no namespace was ever begun for the pod),
+    ``in_use`` whether the runner may still make, use or retry deleting that namespace, ``exists``
+    whether it exists. The record must outlive the namespace: it is how a restarted runner finds it.
+    """
+    return recorded is None or (not in_use and not exists)
+
+
+def _recorded_namespace(pod_dir: Path) -> str | None:
+    try:
+        return (pod_dir / NETNS_FILE).read_text().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def prune_pod_dirs(workdir: Path, *, in_use: Mapping[str, bool] | None = None) -> list[str]:
+    """Delete the pod directories of ``workdir`` that nothing needs (:func:`pod_dir_removable`); the
+    uids pruned. ``in_use`` maps a pod uid to whether its namespace may still be in use; a pod not in
+    it is not (which holds for every pod at start, before any is run)."""
+    pruned: list[str] = []
+    pods = workdir / "pods"
+    for pod_dir in sorted(entry for entry in pods.iterdir() if entry.is_dir()) if pods.is_dir() else []:
+        recorded = _recorded_namespace(pod_dir)
+        exists = recorded is not None and (NETNS_DIR / recorded).exists()
+        busy = (in_use or {}).get(pod_dir.name, False)
+        if pod_dir_removable(recorded=recorded, in_use=busy, exists=exists):
+            shutil.rmtree(pod_dir, ignore_errors=True)
+            pruned.append(pod_dir.name)
+    return pruned
+
+
 def lock_workdir(workdir: Path) -> int:
     """Lock ``<workdir>/runner.lock`` for as long as the returned descriptor stays open.
 
@@ -254,11 +295,13 @@ def lock_node(node: str, *, lock_dir: Path = NODE_LOCK_DIR) -> int:
 def reclaim(workdir: Path) -> dict[str, list[int]]:
     """Remove the network namespaces an earlier runner of ``workdir`` left behind (it crashed or was
     killed), each after killing every process still in it; returns each one removed with the pids killed.
+    Then prune the pod directories whose namespace is gone (:func:`prune_pod_dirs`).
 
     Only namespaces recorded under ``<workdir>/pods/`` are touched (other stacks' are not), and only
-    while the caller holds the workdir's lock (:func:`lock_workdir`), so none of them is a live runner's.
-    A namespace still holding processes after the kill timeout is left under its name (logged), for
-    the next runner to retry.
+    while the caller holds the workdir's lock (:func:`lock_workdir`), so none of them is a live runner's
+    (nor one another live process claims: :func:`~bridge.sandbox.netns.remove_namespace` refuses it).
+    A namespace still holding processes after the kill timeout is left under its name (logged), and its
+    pod's directory with it, for the next runner to retry.
     """
     removed: dict[str, list[int]] = {}
     for name in sorted(pod_namespaces(workdir)):
@@ -274,6 +317,7 @@ def reclaim(workdir: Path) -> dict[str, list[int]]:
             name,
             len(killed),
         )
+    prune_pod_dirs(workdir)
     return removed
 
 
@@ -1230,7 +1274,7 @@ class ProcessRunner:
         self.lease_duration = lease_duration
         self.heartbeat_interval = heartbeat_interval
         self.watch_timeout = watch_timeout
-        self.group = ProcessGroup(workdir)
+        self.group = ProcessGroup(workdir, mark_environment=False)  # a pod's env is its spec's
         self._session: Session | None = None
         self._client: Client | None = None
         self._lock: int | None = None
@@ -1242,6 +1286,8 @@ class ProcessRunner:
         self._node_uids: dict[str, str] = {}
         self._namespaces: dict[str, NetworkNamespace] = {}
         self._creating: set[asyncio.Future[NetworkNamespace]] = set()
+        self._making: set[str] = set()
+        """Names of the namespaces being made now (not yet in ``_namespaces``)."""
         self._deleting: set[asyncio.Future[None]] = set()
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -1367,7 +1413,9 @@ class ProcessRunner:
 
         future: asyncio.Future[NetworkNamespace] = asyncio.ensure_future(asyncio.to_thread(create))
         self._creating.add(future)
+        self._making.add(name)
         future.add_done_callback(self._creating.discard)
+        future.add_done_callback(lambda _: self._making.discard(name))
         future.add_done_callback(lambda done: done.cancelled() or done.exception())  # retrieved, always
         return await asyncio.shield(future)
 
@@ -1396,8 +1444,16 @@ class ProcessRunner:
         await asyncio.shield(future)
 
     def forget(self, worker: _PodWorker) -> None:
+        """The worker is done (the pod is gone): drop it, and its pod's directory once its namespace is
+        gone too (one still being made, or kept busy for :meth:`stop` to retry, keeps its record)."""
         if self._workers.get(worker.uid) is worker:
             del self._workers[worker.uid]
+        pod_dir = self.workdir / "pods" / worker.uid
+        recorded = _recorded_namespace(pod_dir)
+        in_use = recorded in self._namespaces or recorded in self._making
+        exists = recorded is not None and (NETNS_DIR / recorded).exists()
+        if pod_dir.is_dir() and pod_dir_removable(recorded=recorded, in_use=in_use, exists=exists):
+            shutil.rmtree(pod_dir, ignore_errors=True)
 
     async def patch_pod_status(self, pod: Pod, status: Mapping[str, Any]) -> None:
         """Merge-patch the pod's status subresource, only if the pod still has this uid."""

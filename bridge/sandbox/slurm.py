@@ -11,7 +11,10 @@ Why it looks the way it does (facts in ``shared/reference/slurm.md``):
   with its own munge key and munged socket (``AuthInfo=socket=...`` tells every Slurm program), JWT key,
   generated ``slurm.conf`` (daemons get ``-f``, clients ``SLURM_CONF``), fresh StateSaveLocation, and
   ports picked free. Stopping it stops exactly the process ids it started, unmounts what it mounted and
-  deletes the network namespaces it made.
+  deletes the network namespaces it made (killing whatever still runs in them: slurmstepd and job
+  steps run in sessions of their own). After a crash, the next start of a stack does the same for what
+  the dead process left (:mod:`bridge.sandbox.leftovers`): its daemons, its workdir and mounts (recorded
+  in its owner record), its namespaces (claimed).
 - slurmctld must be reachable from the slurmd network namespaces, so its address is the host end of a
   veth pair that the cluster owns (an "anchor" namespace): a host address that every namespace reaches
   through its default route, whatever the machine's own interfaces are.
@@ -49,9 +52,10 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from bridge.sandbox import slurm_root
+from bridge.sandbox import owners, slurm_root
 from bridge.sandbox.build import MissingPrerequisiteError, load_versions
-from bridge.sandbox.netns import NetworkNamespace, create_namespace
+from bridge.sandbox.leftovers import reclaim_leftovers
+from bridge.sandbox.netns import NamespaceBusyError, NetworkNamespace, create_namespace, remove_namespace
 from bridge.sandbox.processes import (
     ManagedProcess,
     ProcessGroup,
@@ -143,21 +147,6 @@ def _account(sysroot: Path, user: str) -> _Account:
     raise StackError(f"user {user!r} does not exist in {sysroot / 'etc' / 'passwd'}")
 
 
-def _processes_in_namespace(namespace: NetworkNamespace) -> list[int]:
-    """Process ids whose network namespace is ``namespace`` (by the namespace file's inode)."""
-    try:
-        inode = namespace.path.stat().st_ino
-    except OSError:
-        return []
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if (entry / "ns" / "net").stat().st_ino == inode:
-                    found.append(int(entry.name))
-    return found
-
-
 def _require_tools(*tools: str) -> None:
     for tool in tools:
         if shutil.which(tool) is None:
@@ -191,6 +180,8 @@ class SlurmCluster:
     namespaces_created: list[str] = field(init=False, default_factory=list)
     """Every network namespace this cluster created, so leak checks look at its own alone."""
     _mounted: bool = field(init=False, default=False)
+    _workdir_entry: tuple[owners.OwnerRecord, str] | None = field(init=False, default=None)
+    """The workdir's entry in the owner record: deleted (or, when kept, unmounted) after a crash."""
     _ctld_port: int = field(init=False, default=0)
     _rest_port: int = field(init=False, default=0)
     _hostname: str = field(init=False, default="")
@@ -294,7 +285,10 @@ class SlurmCluster:
         if not self._generation.in_chroot:
             _require_tools("munged", "slurmctld", "slurmd", "slurmrestd", "scontrol", "sbatch")
         started = time.monotonic()
+        reclaim_leftovers()
         self.workdir = Path(tempfile.mkdtemp(prefix=f"kb-slurm-{self.version.replace('.', '')}-"))
+        record = owners.current()
+        self._workdir_entry = (record, record.add_directory(self.workdir, delete=not self.keep_workdir))
         self.workdir.chmod(0o755)  # munge, slurm and the job user traverse it
         self._group = ProcessGroup(self.workdir)
         try:
@@ -328,7 +322,10 @@ class SlurmCluster:
         if self._group is not None:
             self._group.stop_all(grace=10.0)
         if self._anchor is not None:
-            self._anchor.delete()
+            try:
+                self._anchor.delete()
+            except NamespaceBusyError as error:  # kept with its claim: reclaimed once this process ends
+                print(f"slurm: {error}", file=sys.stderr)
             self._anchor = None
         if self._mounted:
             slurm_root.unmount_all(self.sysroot)
@@ -339,6 +336,10 @@ class SlurmCluster:
                 if self._generation.in_chroot:
                     slurm_root.remove_root(self.sysroot)  # refuses while anything is mounted inside
                 shutil.rmtree(self.workdir, ignore_errors=True)
+        if self._workdir_entry is not None and not slurm_root.mounts_under(self.workdir):
+            record, entry = self._workdir_entry
+            record.discard(entry)
+            self._workdir_entry = None
 
     def __enter__(self) -> SlurmCluster:
         return self.start()
@@ -671,10 +672,7 @@ class SlurmCluster:
             self._group.stop(node.process, grace=10.0)
         # slurmstepd and job processes run in sessions of their own, beyond the slurmd's process group;
         # like a pod's, whatever still runs in the node's network namespace goes with it.
-        for pid in _processes_in_namespace(node.namespace):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        node.namespace.delete()
+        remove_namespace(node.namespace.name)
         self._nodes.pop(node.name, None)
 
 
