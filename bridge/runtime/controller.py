@@ -16,8 +16,12 @@ Priorities, as controller-runtime's ``handler.WithLowPriorityWhenUnchanged`` on 
 the handler a controller registers on each source adds a request at ``LOW_PRIORITY`` when nothing
 changed (an add from the source's initial list, an update whose resourceVersion did not change: a
 resync or a relist), else at 0. So after a restart a real change is reconciled before the backlog of
-initial adds. A requeue (error, ``requeue_after``) keeps the priority the request was handed out
-with, unless the result names another (``Result(priority=...)``).
+initial adds. A watch may also rank its live events: ``priority_of`` gives the priority of each
+request a live (changed) add, update or delete maps to, as a controller-runtime handler chooses the
+priority it passes to ``AddWithOpts``; so a reconcile that is urgent for a reason only the program
+knows (a job whose nodes have just come up) overtakes a backlog of ordinary live events. A requeue
+(error, ``requeue_after``) keeps the priority the request was handed out with, unless the result
+names another (``Result(priority=...)``).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ __all__ = [
     "CacheSyncTimeoutError",
     "Controller",
     "Mapper",
+    "PriorityOf",
     "Reconciler",
     "Request",
     "Result",
@@ -106,6 +111,9 @@ class Reconciler(Protocol):
 
 Mapper = Callable[[Object], Iterable[Request]]
 """Maps a changed object to the requests it affects (its own key, its owner's, ...)."""
+
+PriorityOf = Callable[[Request], int]
+"""The queue priority of a request a live event maps to (higher first; 0 is the default)."""
 
 
 def own_key(obj: Object) -> tuple[Request, ...]:
@@ -175,20 +183,30 @@ class _Enqueuer:
     """The event handler a controller registers on each watched source.
 
     With ``low_priority_when_unchanged`` (controller-runtime's ``WithLowPriorityWhenUnchanged``),
-    adds from the source's initial list and unchanged updates are queued at ``LOW_PRIORITY``.
+    adds from the source's initial list and unchanged updates are queued at ``LOW_PRIORITY``. Every
+    other event is live: its requests are queued at ``priority_of(request)``, or 0 without one (a
+    controller-runtime handler's choice of the priority it passes to ``AddWithOpts``; its
+    ``WithLowPriorityWhenUnchanged`` overrides that choice for unchanged events, as here).
     """
 
-    __slots__ = ("_controller", "_low", "_map", "_queue")
+    __slots__ = ("_controller", "_low", "_map", "_priority_of", "_queue")
 
     def __init__(
-        self, queue: WorkQueue[Request], map_to: Mapper, controller: str, *, low_priority_when_unchanged: bool
+        self,
+        queue: WorkQueue[Request],
+        map_to: Mapper,
+        controller: str,
+        *,
+        low_priority_when_unchanged: bool,
+        priority_of: PriorityOf | None = None,
     ) -> None:
         self._queue = queue
         self._map = map_to
         self._controller = controller
         self._low = low_priority_when_unchanged
+        self._priority_of = priority_of
 
-    def _enqueue(self, obj: Object, priority: int) -> None:
+    def _enqueue(self, obj: Object, *, unchanged: bool) -> None:
         try:
             requests = self._map(obj)
         except Exception:
@@ -196,20 +214,32 @@ class _Enqueuer:
             log.exception("mapping an object to requests failed", controller=self._controller)
             return
         add = self._queue.add
+        priority_of = self._priority_of
+        if unchanged or priority_of is None:
+            priority = LOW_PRIORITY if unchanged else 0
+            for request in requests:
+                add(request, priority)
+            return
         for request in requests:
+            try:
+                priority = priority_of(request)
+            except Exception:
+                # Nor may a bug in ranking it: the request is queued at the default priority.
+                log.exception("choosing a request's priority failed", controller=self._controller)
+                priority = 0
             add(request, priority)
 
     def on_add(self, obj: Object, *, is_initial_list: bool) -> None:
-        self._enqueue(obj, LOW_PRIORITY if is_initial_list and self._low else 0)
+        self._enqueue(obj, unchanged=is_initial_list and self._low)
 
     def on_update(self, old: Object, new: Object) -> None:
-        priority = LOW_PRIORITY if self._low and _is_unchanged(old, new) else 0
+        unchanged = self._low and _is_unchanged(old, new)
         # Both: a changed owner or label moves the object from one request to another.
-        self._enqueue(new, priority)
-        self._enqueue(old, priority)
+        self._enqueue(new, unchanged=unchanged)
+        self._enqueue(old, unchanged=unchanged)
 
     def on_delete(self, obj: Object) -> None:
-        self._enqueue(obj, 0)
+        self._enqueue(obj, unchanged=False)
 
 
 class Controller:
@@ -240,7 +270,7 @@ class Controller:
         self._workers = max_concurrent_reconciles
         self._cache_sync_timeout = cache_sync_timeout
         self._queue: WorkQueue[Request] = WorkQueue(name=name, rate_limiter=rate_limiter, registry=registry)
-        self._watches: list[tuple[Source, Mapper, bool]] = []
+        self._watches: list[tuple[Source, Mapper, bool, PriorityOf | None]] = []
         self._started = False
         self._stopping = False
         self._synced = False
@@ -271,17 +301,30 @@ class Controller:
         return self._synced
 
     def watch(
-        self, source: Source, *, map_to: Mapper = own_key, low_priority_when_unchanged: bool = True
+        self,
+        source: Source,
+        *,
+        map_to: Mapper = own_key,
+        low_priority_when_unchanged: bool = True,
+        priority_of: PriorityOf | None = None,
     ) -> None:
         """Reconcile the requests ``map_to`` gives for each object ``source`` adds, updates or deletes.
 
         With ``low_priority_when_unchanged`` (the default, as controller-runtime's builder), adds from
         the source's initial list and updates that changed nothing (same resourceVersion: a resync)
         are queued at ``LOW_PRIORITY``, behind every real change.
+
+        ``priority_of`` ranks the live events (every other add, update and delete): each request one
+        maps to is queued at ``priority_of(request)`` instead of 0, as a controller-runtime handler
+        chooses the priority it passes to ``AddWithOpts``. Why: some reconciles are urgent for a
+        reason only the program knows (the event may be the one a waiting job needs), and with many
+        ordinary live events queued (cleanups, say) they would otherwise wait their turn. It is not
+        consulted for the events marked low (a backlog stays a backlog); it runs on the source's
+        path, so it must be cheap (a dict lookup), and a failure queues the request at 0.
         """
         if self._started:
             raise RuntimeError(f"controller {self.name}: watch() after run()")
-        self._watches.append((source, map_to, low_priority_when_unchanged))
+        self._watches.append((source, map_to, low_priority_when_unchanged, priority_of))
 
     def stop(self) -> None:
         """Stop taking keys; ``run`` returns once the in-flight reconciles have finished."""
@@ -294,8 +337,16 @@ class Controller:
         self._started = True
         bound = log.bind(controller=self.name)
         try:
-            for source, map_to, low in self._watches:
-                source.add_handler(_Enqueuer(self._queue, map_to, self.name, low_priority_when_unchanged=low))
+            for source, map_to, low, priority_of in self._watches:
+                source.add_handler(
+                    _Enqueuer(
+                        self._queue,
+                        map_to,
+                        self.name,
+                        low_priority_when_unchanged=low,
+                        priority_of=priority_of,
+                    )
+                )
             await self._wait_for_sync()
             if self._stopping:
                 return
@@ -311,7 +362,7 @@ class Controller:
             self._queue.shutdown()
 
     async def _wait_for_sync(self) -> None:
-        sources = [source for source, _, _ in self._watches]
+        sources = [source for source, *_ in self._watches]
         deadline = time.monotonic() + self._cache_sync_timeout
         while not self._stopping and not all(source.has_synced() for source in sources):
             if time.monotonic() >= deadline:

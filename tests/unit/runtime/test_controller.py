@@ -57,6 +57,11 @@ class FakeSource:
         for h in self.handlers:
             h.on_update(old, new)
 
+    def delete(self, o: Object) -> None:
+        self.objects.pop(o["metadata"]["name"], None)
+        for h in self.handlers:
+            h.on_delete(o)
+
 
 Behaviour = Callable[[Request], Awaitable[Result]]
 
@@ -611,3 +616,110 @@ async def test_requeues_keep_the_priority_handed_out_unless_the_result_names_one
         (Request("ns", "later"), LOW_PRIORITY),
         (Request("ns", "urgent"), 0),
     ]
+
+
+# -- priorities: a watch ranks its live events ----------------------------------------------------
+
+
+def urgent_first(request: Request) -> int:
+    return 10 if request.name.startswith("urgent") else 0
+
+
+async def test_an_urgent_live_event_overtakes_a_backlog_of_live_events(registry: CollectorRegistry) -> None:
+    """``priority_of``: a live add, update or delete it ranks higher goes before ordinary live events."""
+    gate = Gate()
+    controller = Controller(name="test", reconciler=gate, registry=registry)
+    source = FakeSource()
+    controller.watch(source, priority_of=urgent_first)
+    task = asyncio.create_task(controller.run())
+    try:
+        async with asyncio.timeout(2):
+            while not controller.has_synced():
+                await asyncio.sleep(0.005)
+        source.add(obj("o0", resourceVersion="1"))
+        await asyncio.wait_for(gate.started.wait(), 2)  # o0 in flight
+        ordinary = [Request("ns", f"o{i}") for i in range(1, 100)]
+        for request in ordinary:
+            source.add(obj(request.name, resourceVersion="1"))  # live, ordinary: 99 queued at 0
+        source.add(obj("urgent-add", resourceVersion="1"))
+        source.update(obj("urgent-add", resourceVersion="2"))  # dedup: still one key
+        source.delete(obj("urgent-delete", resourceVersion="3"))
+        gate.gate.set()
+        async with asyncio.timeout(5):
+            while len(gate.calls) < 102:
+                await asyncio.sleep(0.005)
+    finally:
+        controller.stop()
+        await asyncio.wait_for(task, 2)
+    first = [Request("ns", "o0"), Request("ns", "urgent-add"), Request("ns", "urgent-delete")]
+    assert gate.calls[:3] == first
+    assert gate.calls[3:] == ordinary, "the ordinary live events follow, in order"
+
+
+def test_priority_of_ranks_only_live_events() -> None:
+    """Initial-list adds and unchanged updates stay ``LOW_PRIORITY``, ``priority_of`` not asked."""
+    added: list[tuple[Request, int]] = []
+    asked: list[Request] = []
+
+    class Recording:
+        def add(self, key: Request, priority: int = 0) -> None:
+            added.append((key, priority))
+
+    def priority_of(request: Request) -> int:
+        asked.append(request)
+        return urgent_first(request)
+
+    enqueuer = _Enqueuer(
+        Recording(),  # type: ignore[arg-type]
+        own_key,
+        "test",
+        low_priority_when_unchanged=True,
+        priority_of=priority_of,
+    )
+    same = obj("urgent-c", resourceVersion="7")
+    enqueuer.on_add(obj("urgent-a"), is_initial_list=True)
+    enqueuer.on_update(same, same)  # a resync
+    low = LOW_PRIORITY
+    assert added == [
+        (Request("ns", "urgent-a"), low),
+        (Request("ns", "urgent-c"), low),
+        (Request("ns", "urgent-c"), low),
+    ]
+    assert asked == [], "not consulted for events that changed nothing"
+    added.clear()
+    enqueuer.on_add(obj("urgent-a"), is_initial_list=False)
+    enqueuer.on_add(obj("b"), is_initial_list=False)
+    enqueuer.on_update(same, obj("urgent-c", resourceVersion="8"))
+    enqueuer.on_delete(obj("d"))
+    assert added == [
+        (Request("ns", "urgent-a"), 10),
+        (Request("ns", "b"), 0),
+        (Request("ns", "urgent-c"), 10),
+        (Request("ns", "urgent-c"), 10),
+        (Request("ns", "d"), 0),
+    ]
+    assert asked == [request for request, _ in added]
+
+    # Without the marking (the classic FIFO), every event is live, the initial list too.
+    added.clear()
+    fifo = _Enqueuer(Recording(), own_key, "test", low_priority_when_unchanged=False, priority_of=priority_of)  # type: ignore[arg-type]
+    fifo.on_add(obj("urgent-a"), is_initial_list=True)
+    fifo.on_update(same, same)
+    assert added == [(Request("ns", "urgent-a"), 10)] + [(Request("ns", "urgent-c"), 10)] * 2
+
+
+def test_a_failing_priority_of_queues_at_the_default_priority() -> None:
+    """A bug in ranking must not lose the event nor break the source that delivers it."""
+    added: list[tuple[Request, int]] = []
+
+    class Recording:
+        def add(self, key: Request, priority: int = 0) -> None:
+            added.append((key, priority))
+
+    def broken(request: Request) -> int:
+        raise KeyError(request.name)
+
+    enqueuer = _Enqueuer(Recording(), own_key, "test", low_priority_when_unchanged=True, priority_of=broken)  # type: ignore[arg-type]
+    enqueuer.on_add(obj("a"), is_initial_list=False)
+    enqueuer.on_delete(obj("b"))
+    assert added == [(Request("ns", "a"), 0), (Request("ns", "b"), 0)]
