@@ -2,7 +2,8 @@
 
 Slurm 22.05's REST (v0.0.38) has no node update or delete and no REST version before v0.0.45 can
 requeue a job held, yet the bridge must drain, set DOWN and delete its dynamic nodes and put a
-preempted running job back held. ``scontrol`` does all of it with the same JWT (``SLURM_JWT`` in
+preempted running job back held (and, rarely, create a FUTURE placeholder node: see
+``SlurmClient.hold_job``). ``scontrol`` does all of it with the same JWT (``SLURM_JWT`` in
 its environment). It is run with an argv list, never through a shell, and every value that came
 from Slurm or a user (node names, job ids, reasons) is checked before it becomes an argument, so
 a hostile name cannot add a second ``key=value`` to the command.
@@ -124,6 +125,12 @@ class ScontrolCli:
 
     async def delete_node(self, name: str) -> None:
         await self.run("delete", f"nodename={_node(name)}")
+
+    async def create_future_node(self, name: str) -> None:
+        """Create ``name`` as a FUTURE node (dynamic, never scheduled): a name a job's required node
+        list can resolve again. Only for a name slurmctld does not know: 24.11.5 answers a create of
+        an existing name "Node already exists" and loses that node from its name lookup."""
+        await self.run("create", f"NodeName={_node(name)}", "State=FUTURE")
 
 
 def _classify(message: str, returncode: int | None) -> SlurmError:

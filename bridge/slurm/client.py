@@ -44,6 +44,7 @@ from .errors import (
     NotModified,
     SlurmAPIError,
     SlurmAuthError,
+    SlurmError,
     SlurmResponseError,
     SlurmServerError,
     SlurmUnavailable,
@@ -359,9 +360,67 @@ class SlurmClient:
             job_id, required_nodes=nodes, constraints=constraints, hold=False, begin_time=begin_time
         )
 
-    async def hold_job(self, job_id: int) -> None:
-        """Hold a pending job (an admin hold when the token is SlurmUser's)."""
-        await self.update_job(job_id, hold=True)
+    async def hold_job(self, job_id: int, *, unpin: Sequence[str] = ()) -> None:
+        """Hold a pending job (an admin hold when the token is SlurmUser's).
+
+        ``unpin``: the bridge's own node names the job is pinned to (its release). The same update
+        clears that required node list; the constraints stay. Slurm 24.11 resolves a job's stored
+        required node list before it reads any field of an update, and refuses every update (this
+        hold, a clear of the list, a comment) with 2018 once one of those nodes has been deleted;
+        22.05 applies the hold over such a list (both verified on the local stack). So on 2018, with
+        ``unpin`` and scontrol, each of those names slurmctld does not know is created as a FUTURE
+        node, the update is sent again, and the placeholders are deleted whatever the outcome.
+        """
+        try:
+            await self.update_job(job_id, hold=True, required_nodes=() if unpin else None)
+        except InvalidNodeName as refused:
+            if not unpin or self.scontrol is None:
+                raise
+            await self._hold_through_placeholders(job_id, unpin, refused, scontrol=self.scontrol)
+
+    async def _hold_through_placeholders(
+        self, job_id: int, names: Sequence[str], refused: InvalidNodeName, *, scontrol: ScontrolCli
+    ) -> None:
+        """Hold and unpin a job pinned to deleted nodes (24.11): FUTURE nodes stand in for the missing
+        names during the update. Only names slurmctld does not know are created (a create of a known
+        name, FUTURE ones included, makes 24.11.5 lose that node), and only those are deleted."""
+        missing = [name for name in names if not await self._node_known(name)]
+        if not missing:
+            raise refused  # not the stale pin: nothing to stand in for
+        log.warning(
+            "job %s is pinned to deleted nodes %s: holding it through FUTURE placeholders",
+            job_id,
+            ",".join(missing),
+        )
+        created: list[str] = []
+        try:
+            for name in missing:
+                await scontrol.create_future_node(name)
+                created.append(name)
+            await self.update_job(job_id, hold=True, required_nodes=())
+        finally:
+            for name in created:
+                try:
+                    await self._delete_node_once(name)
+                except InvalidNodeName:
+                    pass
+                except SlurmError as exc:
+                    # A slurmd registering this name later would take the FUTURE node over without
+                    # its own features: say which node to delete.
+                    log.warning(
+                        "placeholder node %s of job %s left behind (scontrol delete nodename=%s): %s",
+                        name,
+                        job_id,
+                        name,
+                        exc,
+                    )
+
+    async def _node_known(self, name: str) -> bool:
+        try:
+            await self.get_node(name, future=True)
+        except InvalidNodeName:
+            return False
+        return True
 
     async def release_job(self, job_id: int) -> None:
         await self.update_job(job_id, hold=False)
@@ -397,11 +456,17 @@ class SlurmClient:
             is_empty=lambda page: not page.nodes,
         )
 
-    async def get_node(self, name: str) -> SlurmNode:
-        """The node; InvalidNodeName when it does not exist (also after a delete)."""
+    async def get_node(self, name: str, *, future: bool = False) -> SlurmNode:
+        """The node; InvalidNodeName when it does not exist (also after a delete).
+
+        ``future``: FUTURE nodes too, which v0.0.40+ hides unless asked (v0.0.38 has no such flag).
+        """
         adapter = await self.adapter()
+        wants_flags = future and "flags" in adapter.endpoints["get_node"].query
         try:
-            _, data, _ = await self._call("get_node", params={"node_name": name})
+            _, data, _ = await self._call(
+                "get_node", params={"node_name": name}, query={"flags": "FUTURE"} if wants_flags else None
+            )
         except SlurmAPIError as exc:
             # 24.11 after a delete: 200, error 0 "Failure to query node <name>" (source _dump_nodes)
             if type(exc) is SlurmAPIError and not exc.error_number:

@@ -108,3 +108,56 @@ async def test_held_job_pinned_released_then_node_drained_and_deleted(
             await client.get_node(name)
     finally:
         cluster.stop_dynamic_node(node)
+
+
+async def test_hold_lands_on_a_released_job_whose_pinned_nodes_were_deleted(
+    client: SlurmClient, slurm_cluster: SlurmCluster
+) -> None:
+    """Released onto its nodes, then the nodes deleted before the job started (a preemption, a crash
+    between steps). 24.11 refuses every update of such a job with 2018, before reading its body: the
+    bridge's hold of it used to be retried forever. With ``unpin`` the hold lands on both versions,
+    the bridge's pin goes (its feature stays), no placeholder node is left, and the job takes
+    updates again."""
+    cluster = slurm_cluster
+    # With fewer CPUs in the partition than the job asks for (here: none), both versions apply a hold
+    # but answer 2015 (the job limits check that follows it): a node of someone else with enough CPUs
+    # keeps that apart from what is tested here.
+    keep = cluster.start_dynamic_node("keep0", cpus=2, memory_mb=500)
+    job_id = cluster.sbatch("-N2", "--begin=now+3600", "--job-name=stale-pin", script=JOB_SCRIPT)
+    names = [f"b{job_id}-0", f"b{job_id}-1"]
+    feature = f"bridge-job-{job_id}"
+    try:
+        nodes = [cluster.start_dynamic_node(n, cpus=1, memory_mb=500, features=[feature]) for n in names]
+        try:
+            await client.pin_and_release(job_id, nodes=names, constraints=feature)
+            released = await client.get_job(job_id)  # --begin keeps it pending once released
+            assert released.state is JobState.PENDING
+            assert not released.hold
+            assert released.is_pinned_to(names, feature)
+        finally:
+            for node in nodes:
+                cluster.stop_dynamic_node(node)
+        for name in names:
+            await client.delete_node(name)
+
+        if cluster.version == "24.11":
+            with pytest.raises(InvalidNodeName):
+                await client.hold_job(job_id)  # the hold alone, as before: refused
+        await client.hold_job(job_id, unpin=names)
+
+        held = await client.get_job(job_id)
+        assert held.state is JobState.PENDING
+        assert held.hold
+        assert held.held_by == "admin"
+        assert held.required_nodes == ()
+        assert held.features == feature
+        assert held.node_count == 2  # what its JobSet was made for: unpinning changes nothing else
+        for name in names:
+            with pytest.raises(InvalidNodeName):
+                await client.get_node(name, future=True)
+        await client.set_comment(job_id, "k8s-bridge: takes updates again")
+        assert (await client.get_job(job_id)).comment == "k8s-bridge: takes updates again"
+        await client.cancel_job(job_id)
+    finally:
+        cluster.stop_dynamic_node(keep)
+        await client.delete_node("keep0")

@@ -53,6 +53,22 @@ def test_data_parser_pins_at_top_level(version: str) -> None:
     assert adapter.can_requeue_hold == (version == "v0.0.45")
 
 
+def test_v0038_clears_the_pin_with_an_empty_nodelist() -> None:
+    # verified on 22.05.8: ReqNodeList becomes (null), the hold in the same update lands
+    assert adapter_for("v0.0.38").job_update_body(required_nodes=(), hold=True) == {
+        "nodelist": "",
+        "hold": True,
+    }
+
+
+@pytest.mark.parametrize("version", DATA_PARSER)
+def test_data_parser_clears_the_pin_with_one_empty_name(version: str) -> None:
+    # 24.11.5: [] is read as "not given" (the pin stays, no warning); "" clears with a type warning;
+    # [""] clears, no warning. The documents of v0.0.43+ keep required_nodes a csv_string list.
+    body = adapter_for(version).job_update_body(required_nodes=(), hold=True)
+    assert body == {"required_nodes": [""], "hold": True}
+
+
 @pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
 def test_only_given_fields_are_sent(version: str) -> None:
     adapter = adapter_for(version)

@@ -406,6 +406,99 @@ async def test_requeue_hold_over_rest_from_v0045(server: Scripted) -> None:
     assert server.seen[0].query == {"Hold": ""}
 
 
+# --- holding a job pinned to deleted nodes ---------------------------------------------------------
+
+STALE_PIN = {
+    "error_number": 2018,
+    "description": "Job update requested failed",
+    "source": "slurm_update_job2()",
+}
+NODE_GONE = {"description": "Failure to query node", "error_number": 0, "source": "_dump_nodes"}
+
+
+def node_answer(name: str) -> Reply:
+    body = ref("rest-24.11-nodes-dyn1-v0.0.42.json")
+    body["nodes"][0]["name"] = name
+    return ok(body)
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [("v0.0.38", {"hold": True, "nodelist": ""}), ("v0.0.42", {"hold": True, "required_nodes": [""]})],
+)
+async def test_holding_the_bridges_release_clears_its_pin_in_the_same_call(
+    server: Scripted, version: str, expected: Any
+) -> None:
+    server.on("POST", f"/slurm/{version}/job/42", empty())
+    server.on("POST", f"/slurm/{version}/job/43", empty())
+    async with client(server, version=version, scontrol=RecordingCli()) as slurm:
+        await slurm.hold_job(42, unpin=["b42-0", "b42-1"])
+        await slurm.hold_job(43)  # anyone else's job: the hold alone
+    assert [s.body for s in server.seen] == [expected, {"hold": True}]
+
+
+async def test_a_hold_refused_for_deleted_pinned_nodes_lands_through_future_placeholders(
+    server: Scripted,
+) -> None:
+    """24.11 resolves the stored node list before reading the update: 2018 whatever the body. The
+    deleted name (b42-1) stands in as a FUTURE node for the update; the known one (b42-0) is left
+    alone (creating a known name makes 24.11.5 lose that node)."""
+    server.on("POST", "/slurm/v0.0.42/job/42", empty([STALE_PIN], status=500), empty())
+    server.on("GET", "/slurm/v0.0.42/node/b42-0", node_answer("b42-0"))
+    server.on("GET", "/slurm/v0.0.42/node/b42-1", ok({"nodes": [], "errors": [NODE_GONE], "warnings": []}))
+    server.on("DELETE", "/slurm/v0.0.42/node/b42-1", empty())
+    cli = RecordingCli()
+    async with client(server, version="v0.0.42", scontrol=cli) as slurm:
+        await slurm.hold_job(42, unpin=["b42-0", "b42-1"])
+    assert [(s.method, s.path, s.body) for s in server.seen] == [
+        ("POST", "/slurm/v0.0.42/job/42", {"hold": True, "required_nodes": [""]}),
+        ("GET", "/slurm/v0.0.42/node/b42-0", None),
+        ("GET", "/slurm/v0.0.42/node/b42-1", None),
+        ("POST", "/slurm/v0.0.42/job/42", {"hold": True, "required_nodes": [""]}),
+        ("DELETE", "/slurm/v0.0.42/node/b42-1", None),
+    ]
+    assert server.seen[1].query == {"flags": "FUTURE"}  # a FUTURE node is hidden from a plain GET
+    assert cli.calls == [("create", "NodeName=b42-1", "State=FUTURE")]
+
+
+async def test_placeholders_go_even_when_the_update_through_them_fails(server: Scripted) -> None:
+    server.on("POST", "/slurm/v0.0.42/job/42", empty([STALE_PIN], status=500))
+    server.on("GET", "/slurm/v0.0.42/node/b42-0", ok({"nodes": [], "errors": [NODE_GONE], "warnings": []}))
+    server.on("DELETE", "/slurm/v0.0.42/node/b42-0", empty())
+    async with client(server, version="v0.0.42", scontrol=RecordingCli()) as slurm:
+        with pytest.raises(InvalidNodeName):
+            await slurm.hold_job(42, unpin=["b42-0"])
+    assert server.seen[-1].method == "DELETE"
+
+
+async def test_a_placeholder_that_cannot_be_deleted_is_named_and_the_hold_stands(
+    server: Scripted, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.on("POST", "/slurm/v0.0.42/job/42", empty([STALE_PIN], status=500), empty())
+    server.on("GET", "/slurm/v0.0.42/node/b42-0", ok({"nodes": [], "errors": [NODE_GONE], "warnings": []}))
+    server.on("DELETE", "/slurm/v0.0.42/node/b42-0", raw(502, "bad gateway"))
+    with caplog.at_level(logging.WARNING, logger="bridge.slurm.client"):
+        async with client(server, version="v0.0.42", scontrol=RecordingCli()) as slurm:
+            await slurm.hold_job(42, unpin=["b42-0"])
+    assert "placeholder node b42-0 of job 42 left behind" in caplog.text
+
+
+async def test_no_placeholder_without_the_bridges_own_pin_or_without_scontrol(server: Scripted) -> None:
+    server.on("POST", "/slurm/v0.0.42/job/42", empty([STALE_PIN], status=500))
+    server.on("GET", "/slurm/v0.0.42/node/b42-0", node_answer("b42-0"))
+    cli = RecordingCli()
+    async with client(server, version="v0.0.42", scontrol=cli) as slurm:
+        with pytest.raises(InvalidNodeName):
+            await slurm.hold_job(42)  # a user's own node list is never touched
+        with pytest.raises(InvalidNodeName):
+            await slurm.hold_job(42, unpin=["b42-0"])  # every name is known: not a stale pin
+    async with client(server, version="v0.0.42") as slurm:
+        with pytest.raises(InvalidNodeName):
+            await slurm.hold_job(42, unpin=["b42-0"])
+    assert cli.calls == []
+    assert [s.method for s in server.seen] == ["POST", "POST", "GET", "POST"]
+
+
 async def test_token_file_is_reread_when_it_changes(server: Scripted, tmp_path: Path) -> None:
     path = tmp_path / "token"
     path.write_text("SLURM_JWT=first\n")

@@ -79,7 +79,15 @@ async def test_hostile_node_names_never_run(fake: tuple[Path, Path], name: str) 
     script, log = fake
     with pytest.raises(ValueError, match="refusing"):
         await cli(script).delete_node(name)
+    with pytest.raises(ValueError, match="refusing"):
+        await cli(script).create_future_node(name)
     assert not log.exists()
+
+
+async def test_a_placeholder_is_created_as_a_future_node(fake: tuple[Path, Path]) -> None:
+    script, log = fake
+    await cli(script).create_future_node("b42-1")
+    assert [s["argv"] for s in calls(log)] == [["create", "NodeName=b42-1", "State=FUTURE"]]
 
 
 @pytest.mark.parametrize("job_id", ["1;2", "-1", "1 2", ""])
