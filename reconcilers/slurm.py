@@ -22,8 +22,10 @@ anything runs: pin-and-release (a job is pinned and released only while it is st
 requeue-hold, the guard's holds, the unservable report (no duplicate Event after our own comment)
 and clearing a comment (a user may have written their own since the poll), the cleanup of a job
 missing from the cache (it may not be in the cache yet), and every removal of a live job's nodes
-(rows 4, 15 and 17: a cache a poll behind the bridge's own release still shows the job held, and its
-nodes would be deleted under a job Slurm is starting). The decision that creates a JobSet for a
+(rows 4, 15, 16 and 18: a cache a poll behind the bridge's own release still shows the job held, and
+its nodes would be deleted under a job Slurm is starting), which includes replacing the JobSet of a
+job changed by its user (row 16: the cache may also be a poll behind the read the JobSet was made
+from, and show the job as it was before the change). The decision that creates a JobSet for a
 held job is not confirmed: it is the bulk of the work and everything in it is harmless on a stale
 view, because the JobSet cache (not the job) says there is no JobSet, and whatever the job became
 since the poll, a reconcile after the next poll finds the JobSet and does what the fresh job calls
@@ -39,8 +41,9 @@ for:
 - completing or requeued: holding it now is what rows 9 and 11 end with;
 - finished or purged: the hold finds it gone (logged); the suspended JobSet, never admitted yet, is
   deleted after the next poll by row 1 (one create and one delete spent);
-- changed by its user (e.g. more nodes): the JobSet follows the job as last polled, as it would if
-  the change came a moment after a confirming read.
+- changed by its user (e.g. more nodes): the JobSet follows the job as last polled and records
+  that shape (``ANNOTATION_SHAPE``); once a poll shows the change, row 16 replaces it (confirmed on
+  a fresh read, while the job is still held), exactly as for a change made after the JobSet.
 
 Independent actions run at once (``Decision.concurrent``: creating the JobSet and converting the
 hold); every other decision runs in order and stops at the first failure, which cleanup relies on
@@ -94,6 +97,7 @@ from bridge.slurm.source import job_key, node_of
 from translators.slurm import (
     ANNOTATION_FEATURE,
     ANNOTATION_NODES,
+    ANNOTATION_SHAPE,
     DEFAULT_OPTIONS,
     FINALIZER,
     JOB_FEATURE_PREFIX,
@@ -102,11 +106,13 @@ from translators.slurm import (
     LABEL_CLUSTER,
     LABEL_JOB_ID,
     NODE_NAME_PREFIX,
+    SHAPE_PREFIX,
     Translation,
     TranslationOptions,
     Untranslatable,
     job_feature,
     node_names,
+    shape_fingerprint,
     translate,
 )
 
@@ -115,6 +121,7 @@ __all__ = [
     "FIELD_MANAGER",
     "INDEX_JOB",
     "INDEX_JOB_UID",
+    "RELEASE_PRIORITY",
     "Action",
     "AddFinalizer",
     "ClearComment",
@@ -160,6 +167,10 @@ INDEX_JOB_UID = "job-uid"
 WAIT_FOR_NODES = 1.0
 """Seconds between looks while admitted and waiting for the job's nodes (the node source also
 triggers a reconcile when they change; this is the safety net)."""
+RELEASE_PRIORITY = 10
+"""Work-queue priority of a node event of a job admitted and waiting for its nodes
+(:meth:`SlurmReconciler.release_priority`): its reconcile may be the release, which would otherwise
+wait behind the ordinary reconciles queued at 0 (cleanups of ending jobs, creations)."""
 WAIT_FOR_SLURM = 1.0
 """Seconds between looks while Slurm carries out a requeue-hold (COMPLETING -> PENDING held)."""
 WAIT_FOR_SLOT = 10.0
@@ -237,7 +248,19 @@ class DeleteNodes(Action):
 
 @dataclass(frozen=True, kw_only=True)
 class Hold(Action):
-    """Hold a pending job (an admin hold: the bridge's token is SlurmUser's)."""
+    """Hold a pending job (an admin hold: the bridge's token is SlurmUser's).
+
+    Holding the bridge's own release (rows 3 and 11) always clears its pin in the same update
+    (``unpin``), not only as a retry after a refusal: it costs no extra call, and a pin kept on a held
+    job goes stale once its nodes are deleted next (its JobSet going, or its pods after an eviction),
+    after which Slurm 24.11 refuses every update of the job with 2018 (a later hold, a comment) and
+    both 22.05 and 24.11 fail it NODE_FAIL at the next ``scontrol reconfigure``. Unpinning as a retry
+    after 2018 would not help either: 24.11 refuses the update before it reads the body, so when the
+    nodes are already gone the client lends their names FUTURE placeholders for the update
+    (``SlurmClient.hold_job``). The constraint (the job's feature) stays, so a job released by
+    mistake still runs only on nodes made for it, and the release (``PinAndRelease``) pins again.
+    A user's own node list (``-w``) is never cleared.
+    """
 
     kind: ClassVar[str] = "hold"
     slurm_write: ClassVar[bool] = True
@@ -245,6 +268,9 @@ class Hold(Action):
     reason: str
     best_effort: bool = False
     """A refusal is logged, not retried (24.11 refuses to hold a job its user already holds)."""
+    unpin: tuple[str, ...] = ()
+    """The job's own bridge node names when it is pinned to exactly them and its feature (the
+    bridge's release, ``SlurmJob.is_pinned_to``): cleared with the hold. Empty for any other job."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -375,6 +401,9 @@ class Observed:
     jobset_nodes: tuple[str, ...] = ()
     """The node names recorded on the JobSet (annotation), for when the job cannot be translated."""
     jobset_feature: str = ""
+    jobset_shape: str = ""
+    """The job's shape recorded on the JobSet when it was made (``ANNOTATION_SHAPE``; "" on a JobSet
+    of an older bridge), compared with the job's own now."""
     workload: WorkloadView | None = None
     nodes: tuple[SlurmNode, ...] = ()
     """The dynamic nodes registered for this job (feature ``bridge-job-<id>`` or name ``b<id>-<i>``)."""
@@ -429,6 +458,16 @@ def _nodes_ready(o: Observed) -> tuple[bool, str]:
     return True, f"all {len(names)} nodes registered idle with {feature}"
 
 
+def _changed_since_jobset(o: Observed, job: SlurmJob) -> bool:
+    """Its user changed the job since its JobSet was made (``scontrol update``: nodes, size,
+    features, partition, time limit...): the JobSet records another shape than the job's now.
+
+    Only a record of the current fingerprint's version is compared: a JobSet of an older bridge (no
+    record) or of another fingerprint definition is kept as it is, never replaced."""
+    recorded = o.jobset_shape
+    return recorded.startswith(SHAPE_PREFIX) and recorded != shape_fingerprint(job)
+
+
 def _unseen_nodes_could_exist(o: Observed) -> bool:
     """Could a node recorded on the JobSet exist in slurmctld without the node source having seen it?
 
@@ -477,6 +516,18 @@ def _cleanup(
     )
 
 
+def _unpin(names: tuple[str, ...], *, phase: Phase) -> Decision:
+    """A held job still pinned to its own nodes (a requeue-hold keeps the pin) whose nodes are going
+    or gone: clear the pin first (``Hold.unpin``; the release pins again). slurmctld fails a pending
+    job pinned to deleted nodes at its next reconfigure (NODE_FAIL, held or not, 22.05 and 24.11),
+    and 24.11 refuses every update of such a job; so the pin goes before the nodes do."""
+    return Decision(
+        actions=(Hold(reason="its pinned nodes are going away", unpin=names),),
+        phase=phase,
+        why="held and still pinned to its own nodes, which are going or gone: unpin first",
+    )
+
+
 def decide(o: Observed) -> Decision:
     """The state table (docs/controller.md). Pure: same observation, same decision."""
     job, js, wl = o.job, o.jobset, o.workload
@@ -490,6 +541,8 @@ def decide(o: Observed) -> Decision:
     own = set(_node_names(o))
     feature = _feature(o)
     bridged_partition = _in_bridged_partition(job, o.partitions)
+    # The bridge's own pin (its release): a hold clears it (Hold.unpin); a user's own -w stays.
+    own_pin = _node_names(o) if own and job.is_pinned_to(own, feature) else ()
 
     # The JobSet is being deleted by someone while the job lives: take the capacity back first,
     # then clean up; once it is gone, a held job gets a new one (below).
@@ -505,10 +558,12 @@ def decide(o: Observed) -> Decision:
             return Decision(requeue_after=WAIT_FOR_SLURM, phase=Phase.EVICTED, why="waiting for the requeue")
         if not job.hold:
             return Decision(
-                actions=(Hold(reason="its JobSet is being deleted"),),
+                actions=(Hold(reason="its JobSet is being deleted", unpin=own_pin),),
                 phase=Phase.EVICTED,
                 why="JobSet deleted under a released job: hold",
             )
+        if own_pin:
+            return _unpin(own_pin, phase=Phase.HELD)
         # Confirmed: a cache a poll behind the bridge's own release still shows the job held, and
         # deleting its nodes then would pull them from under a job Slurm is starting.
         return _cleanup(
@@ -564,12 +619,22 @@ def decide(o: Observed) -> Decision:
         if js is None and not bridged_partition:
             return Decision(why="pending outside bridged partitions, no JobSet: not ours")
         return Decision(
-            actions=(Hold(reason="pending unheld in a bridged partition without admitted capacity"),),
+            actions=(
+                Hold(reason="pending unheld in a bridged partition without admitted capacity", unpin=own_pin),
+            ),
             phase=Phase.HELD if js is None else Phase.EVICTED,
             why="pending and not held, not released by the bridge (guard): hold",
         )
 
     # Held and pending.
+    on_its_way_back = (
+        js is not None
+        and wl is not None
+        and wl.state is WorkloadState.ADMITTED
+        and js.state not in (JobSetState.COMPLETED, JobSetState.FAILED)
+    )
+    if own_pin and not on_its_way_back:
+        return _unpin(own_pin, phase=Phase.HELD if js is None else Phase.EVICTED)
     if js is None:
         if not bridged_partition:
             return Decision(why="held outside bridged partitions, no JobSet: not ours")
@@ -608,6 +673,20 @@ def decide(o: Observed) -> Decision:
     ):
         return _cleanup(
             o, why=f"the JobSet ended ({js.state}) before the job ran", phase=Phase.QUEUED, confirm=True
+        )
+    if _changed_since_jobset(o, job):
+        # Row 16. Kueue would admit, and the release pin to, a shape the job no longer has (grown, it
+        # would wait for nodes no pod registers; shrunk, run on nodes sized for another request):
+        # cleaned up like an ended JobSet, then row 14 makes the job's JobSet anew, or row 12 says why
+        # there is none. Only ever for a held job (a released or running one is decided above), and
+        # confirmed: the cache may be a poll behind the read the JobSet was made from, or behind the
+        # bridge's own release. A job requeue-held before its user changed it is still pinned to the
+        # JobSet's nodes, which the new shape's names no longer match (so not unpinned above): the
+        # pin goes first, as before any removal of the nodes it names.
+        if o.jobset_nodes and job.is_pinned_to(set(o.jobset_nodes), feature):
+            return _unpin(o.jobset_nodes, phase=Phase.QUEUED)
+        return _cleanup(
+            o, why="the job was changed since its JobSet was made", phase=Phase.QUEUED, confirm=True
         )
     if wl is None or wl.state in (WorkloadState.PENDING, WorkloadState.QUOTA_RESERVED):
         state = "not made yet" if wl is None else wl.state
@@ -705,7 +784,7 @@ class SlurmActions(Protocol):
 
     async def get_job(self, job_id: int) -> SlurmJob: ...
 
-    async def hold_job(self, job_id: int) -> None: ...
+    async def hold_job(self, job_id: int, *, unpin: Sequence[str] = ()) -> None: ...
 
     async def requeue_hold(self, job_id: int) -> None: ...
 
@@ -787,6 +866,17 @@ class SlurmReconciler:
             counts[phase.value] = counts.get(phase.value, 0) + 1
         return counts
 
+    def release_priority(self, request: Request) -> int:
+        """The queue priority of a live event's request (``Controller.watch(priority_of=...)``).
+
+        ``RELEASE_PRIORITY`` for a job whose tracked phase is ``admitted`` (admitted, waiting for its
+        nodes): the next reconcile may be its release, and every moment it waits behind ordinary
+        reconciles (cleanups of ending jobs hold workers for up to a second) is added to the job's
+        start; 0 for every other request. One dict lookup: it runs on the source's path.
+        """
+        waiting = self.phases.get(f"{request.namespace}/{request.name}") is Phase.ADMITTED
+        return RELEASE_PRIORITY if waiting else 0
+
     # --- observe ----------------------------------------------------------------------------------
 
     def cluster(self) -> str:
@@ -812,7 +902,7 @@ class SlurmReconciler:
         view = describe_jobset(raw_js) if raw_js is not None else None
         workload = None
         jobset_nodes: tuple[str, ...] = ()
-        feature = ""
+        feature = shape = ""
         if raw_js is not None and view is not None:
             if view.uid:
                 raw_wl = select_workload(
@@ -822,6 +912,7 @@ class SlurmReconciler:
             annotations = raw_js["metadata"].get("annotations") or {}
             jobset_nodes = tuple(n for n in str(annotations.get(ANNOTATION_NODES, "")).split(",") if n)
             feature = str(annotations.get(ANNOTATION_FEATURE, ""))
+            shape = str(annotations.get(ANNOTATION_SHAPE, ""))
         observed = Observed(
             job_id=job_id,
             job=job,
@@ -831,6 +922,7 @@ class SlurmReconciler:
             has_finalizer=raw_js is not None and has_finalizer(raw_js, FINALIZER),
             jobset_nodes=jobset_nodes,
             jobset_feature=feature,
+            jobset_shape=shape,
             workload=workload,
             nodes=tuple(
                 sorted((node_of(o) for o in self._nodes.by_index(INDEX_JOB, str(job_id))), key=_by_name)
@@ -883,6 +975,13 @@ class SlurmReconciler:
         except (SlurmUnavailable, SlurmAuthError) as exc:
             log.warning("slurmrestd unusable; retrying later", job_id=job_id, error=str(exc))
             return Result(requeue_after=SLURM_RETRY)
+        if decision.phase is Phase.ADMITTED and decision.requeue_after is not None:
+            # The look again while waiting for nodes runs at 0, not at the RELEASE_PRIORITY a node
+            # event may have handed this reconcile out with (it would stick to every look until the
+            # release): the release comes from the node source's event, which carries that priority
+            # itself, and a high line full of once-a-second looks of every job whose pods are still
+            # starting would put the releases behind them.
+            return Result(requeue_after=decision.requeue_after, priority=0)
         return Result(requeue_after=decision.requeue_after)
 
     def _track(self, key: str, decision: Decision) -> None:
@@ -992,7 +1091,7 @@ class SlurmReconciler:
                     await self._slurm.delete_node(name, reason=f"k8s-bridge: job {job_id} done")
         elif isinstance(action, Hold):
             try:
-                await self._slurm.hold_job(job_id)
+                await self._slurm.hold_job(job_id, unpin=action.unpin)
             except (InvalidJobId, JobAlreadyDone):
                 log.info("job ended before it could be held", job_id=job_id)
             except SlurmAPIError as exc:

@@ -18,6 +18,8 @@ The rules, in short (docs/controller.md, "Translation", has the full table and t
   requests that size plus the configured overhead (requests == limits).
 - Kueue labels: queue and priority from the mapping rules, ``max-exec-time-seconds`` from the time
   limit plus a grace; topology annotations from the partition or ``--switches=1``.
+- The JobSet records a fingerprint of what of the job shaped it (:func:`shape_fingerprint`), so the
+  reconciler can tell a held job its user changed since from one the bridge's own writes changed.
 - Jobs that cannot be served get an :class:`Untranslatable` with a human reason and a
   machine-readable code, never an exception and never a partial manifest.
 
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import json
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -54,6 +57,7 @@ __all__ = [
     "ANNOTATION_FEATURE",
     "ANNOTATION_JOB_NAME",
     "ANNOTATION_NODES",
+    "ANNOTATION_SHAPE",
     "ANNOTATION_USER",
     "DEFAULT_OPTIONS",
     "ENV_NODE_INDEX",
@@ -69,6 +73,7 @@ __all__ = [
     "MAX_JOBSET_NAME_LENGTH",
     "NODE_NAME_PREFIX",
     "REPLICATED_JOB",
+    "SHAPE_PREFIX",
     "NodeShape",
     "Translation",
     "TranslationOptions",
@@ -79,6 +84,7 @@ __all__ = [
     "jobset_name",
     "node_name",
     "node_names",
+    "shape_fingerprint",
     "translate",
 ]
 
@@ -97,6 +103,13 @@ ANNOTATION_USER: Final = _PREFIX + "slurm-user"
 ANNOTATION_ACCOUNT: Final = _PREFIX + "slurm-account"
 ANNOTATION_NODES: Final = _PREFIX + "slurm-nodes"
 ANNOTATION_FEATURE: Final = _PREFIX + "slurm-feature"
+#: The job's :func:`shape_fingerprint` when its JobSet was made: the reconciler replaces a held job's
+#: JobSet whose value differs from the job's current one (the user changed the job since).
+ANNOTATION_SHAPE: Final = _PREFIX + "slurm-job-shape"
+#: Starts every :func:`shape_fingerprint`; a new definition of the fingerprint gets a new prefix, and
+#: a recorded value with another prefix (or none) is never compared, so that a bridge upgrade does
+#: not replace every queued JobSet.
+SHAPE_PREFIX: Final = "v1-"
 #: On every bridged JobSet from its creation: the reconciler removes it only once the job's Slurm
 #: nodes are deleted, so a JobSet deleted by hand cannot leak nodes.
 FINALIZER: Final = _PREFIX + "slurm-nodes"
@@ -203,6 +216,8 @@ class Translation:
     """The bridged partition the job was matched in."""
     topology: TopologyConstraint | None
     max_exec_time_seconds: int | None
+    shape: str = ""
+    """The job's :func:`shape_fingerprint`, recorded on the JobSet (``ANNOTATION_SHAPE``)."""
     notes: tuple[str, ...] = field(default=())
     """Why each choice was made, one line each (for ``explain``)."""
 
@@ -298,6 +313,67 @@ def _show(text: str, limit: int = 48) -> str:
     # Job-controlled text inside a reason: escaped (ascii) and cut, so a reason stays one clean line.
     cut = text if len(text) <= limit else text[:limit] + "..."
     return ascii(cut)
+
+
+# --- the job's shape ---------------------------------------------------------------------------
+
+
+def _gres_key(entries: Iterable[Gres]) -> list[list[Any]]:
+    return sorted([g.name, g.type or "", g.count] for g in entries)
+
+
+def shape_fingerprint(job: SlurmJob) -> str:
+    """A digest of what of ``job`` shapes its JobSet: equal for the same request, different when its
+    user changes one of them (``scontrol update``), recorded on the JobSet (``ANNOTATION_SHAPE``).
+
+    Why the job and not the manifest: a JobSet is replaced when its job changed, and only then. A new
+    bridge version or a WorkloadMixing change (image, overhead, mapping rules) changes manifests, not
+    jobs; replacing every queued JobSet for it would put them all at the back of Kueue's queue.
+
+    In it, each as the translation reads it: the partitions (as a set: Slurm puts the one a job ran
+    in first, and a requeue-hold keeps that order), account and QoS (mapping rule, queue, priority),
+    the minimum node count (the pods), the CPUs per node and ``--cpus-per-gpu``, the three memory
+    options, the GRES per node, job, task (with the tasks per node it multiplies) and socket, the
+    ``-C`` features (as a set, without the job's own ``bridge-job-<id>``, which the release adds),
+    the required nodes other than the job's own (the release pins those) and the excluded ones
+    (both decide whether the job can be served), ``--switches`` (topology) and the time limit
+    (``max-exec-time-seconds``).
+
+    Left out: the job id (the JobSet's identity), name, user and comment (informational annotations,
+    or free text), the hold, priority, state and restart count (the bridge's and Slurm's own
+    changes), the maximum node count (only the minimum is served), ``--exclusive``,
+    ``--contiguous`` and ``--prefer`` (nothing is served differently for them), and whether it is
+    an array or heterogeneous job (fixed at submission, and refused anyway).
+    """
+    own_node = re.compile(rf"^{re.escape(NODE_NAME_PREFIX)}{job.job_id}-[0-9]+$")
+    own_feature = job_feature(job.job_id)
+    tasks_per_node: int | None = None
+    if job.gres_per_task:
+        count = max(job.node_count or 1, 1)
+        tasks_per_node = job.tasks_per_node or (_per_node(job.tasks, nodes=count) if job.tasks else 1)
+    shape: dict[str, Any] = {
+        "partitions": sorted(set(job.partitions)),
+        "account": job.account,
+        "qos": job.qos,
+        "nodes": job.node_count,
+        "cpus_per_node": job.cpus_per_node,
+        "cpus_per_gpu": job.cpus_per_gpu,
+        "memory_mb": [job.memory_per_node_mb, job.memory_per_cpu_mb, job.memory_per_gpu_mb],
+        "gres": {
+            "node": _gres_key(job.gres_per_node),
+            "job": _gres_key(job.gres_per_job),
+            "task": _gres_key(job.gres_per_task),
+            "socket": _gres_key(job.gres_per_socket),
+            "tasks_per_node": tasks_per_node,
+        },
+        "features": sorted({w.strip() for w in job.features.split("&")} - {"", own_feature}),
+        "required_nodes": sorted({n for n in job.required_nodes if not own_node.fullmatch(n)}),
+        "excluded_nodes": sorted(set(job.excluded_nodes)),
+        "switches": job.switches,
+        "time_limit_minutes": job.time_limit_minutes,
+    }
+    text = json.dumps(shape, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return SHAPE_PREFIX + _short_hash(text, 16)
 
 
 # --- quantities --------------------------------------------------------------------------------
@@ -439,6 +515,7 @@ def _translate(
         notes.append(f"max-exec-time {max_exec}s: time limit {job.time_limit_minutes} min + grace")
 
     name = jobset_name(cluster_name, job.job_id)
+    shape = shape_fingerprint(job)
     manifest = _manifest(
         job=job,
         spec=spec,
@@ -453,6 +530,7 @@ def _translate(
         names=names,
         feature=feature,
         requests=requests,
+        shape=shape,
         options=options,
     )
     return Translation(
@@ -469,6 +547,7 @@ def _translate(
         partition=partition,
         topology=topology,
         max_exec_time_seconds=max_exec,
+        shape=shape,
         notes=tuple(notes),
     )
 
@@ -710,6 +789,7 @@ def _manifest(
     names: tuple[str, ...],
     feature: str,
     requests: dict[str, str],
+    shape: str,
     options: TranslationOptions,
 ) -> dict[str, Any]:
     template = slurm.pod_template
@@ -729,6 +809,7 @@ def _manifest(
         ANNOTATION_ACCOUNT: _annotation_text(job.account, 64),
         ANNOTATION_FEATURE: feature,
         ANNOTATION_NODES: ",".join(names),
+        ANNOTATION_SHAPE: shape,
     }
     pod_annotations = dict(shared.annotations)
     if topology is not None:

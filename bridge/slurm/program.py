@@ -80,6 +80,7 @@ from reconcilers.slurm import (
     workload_uid_keys,
 )
 from translators.slurm import (
+    ANNOTATION_SHAPE,
     FINALIZER,
     JOBSET_API_VERSION,
     JOBSET_KIND,
@@ -581,8 +582,8 @@ class LiveSlurm:
     async def get_job(self, job_id: int) -> SlurmJob:
         return await self._call(lambda c: c.get_job(job_id))
 
-    async def hold_job(self, job_id: int) -> None:
-        await self._call(lambda c: c.hold_job(job_id))
+    async def hold_job(self, job_id: int, *, unpin: Sequence[str] = ()) -> None:
+        await self._call(lambda c: c.hold_job(job_id, unpin=unpin))
 
     async def requeue_hold(self, job_id: int) -> None:
         await self._call(lambda c: c.requeue_hold(job_id))
@@ -851,7 +852,12 @@ class SlurmBridge:
             registry=self.registry,
         )
         controller.watch(jobs)
-        controller.watch(nodes, map_to=by_node)
+        # A node event of a job admitted and waiting for its nodes may be its release: ahead of the
+        # ordinary reconciles. Not the pod events: the release needs the node source to show the
+        # nodes, and its own event then comes at that priority (a pod of a waiting job only makes the
+        # node source poll sooner, NodePollOnPodStart); ranking the four or so pod events of every
+        # starting job high would queue them beside the releases.
+        controller.watch(nodes, map_to=by_node, priority_of=reconciler.release_priority)
         controller.watch(jobsets, map_to=by_labels)
         controller.watch(pods, map_to=by_labels)
         controller.watch(workloads, map_to=by_owner_jobset)
@@ -1007,6 +1013,7 @@ async def _observe_cluster(client: Client, slurm: LiveSlurm, observed: Observed,
         observed,
         jobset=describe_jobset(jobset),
         has_finalizer=has_finalizer(jobset, FINALIZER),
+        jobset_shape=str((jobset["metadata"].get("annotations") or {}).get(ANNOTATION_SHAPE, "")),
         workload=describe_workload(workload) if workload is not None else None,
         nodes=nodes,
         pods=PodsView.of(pods),

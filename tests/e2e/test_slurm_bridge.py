@@ -452,3 +452,90 @@ async def test_hostile_and_absurd_jobs_get_a_reason_and_no_jobset(
 
 def _pwned() -> bool:
     return Path("/tmp/k8s-bridge-pwned").exists()
+
+
+# --- 8 ------------------------------------------------------------------------------------------
+
+
+PER_NODE_SCRIPT = (
+    "#!/bin/sh\n"
+    'srun -N "$SLURM_JOB_NUM_NODES" -n "$SLURM_JOB_NUM_NODES" '
+    "sh -c 'echo \"task=$SLURM_PROCID node=$SLURMD_NODENAME host=$(hostname)\"'\n"
+)
+"""TASKS_SCRIPT with one task on each node the job got: on 22.05 a job grown by ``scontrol update``
+still starts its batch step with the task count it was submitted with (one), and a plain ``srun``
+would run on one of its nodes only."""
+
+
+def pod_count(stack: E2EStack, name: str) -> tuple[str, int] | None:
+    """The JobSet's uid and pod count (``parallelism``), or None while there is none or it is going."""
+    found = jobset(stack, name)
+    if found is None or "deletionTimestamp" in found["metadata"]:
+        return None
+    (replicated,) = found["spec"]["replicatedJobs"]
+    return found["metadata"]["uid"], int(replicated["template"]["spec"]["parallelism"])
+
+
+async def test_a_held_job_grown_by_its_user_gets_a_new_jobset_and_runs_on_its_new_node_count(
+    e2e: E2EStack, slurm_client: SlurmClient
+) -> None:
+    """``scontrol update jobid=X NumNodes=2`` on a held 1-node job whose JobSet exists: the bridge
+    replaces the JobSet by a 2-pod one (row 16), Kueue admits that one, and the job runs on exactly
+    its two nodes. Meanwhile another job holds the whole quota, so that the 1-node JobSet cannot be
+    admitted, and the job released onto one node, before the update."""
+    bridge = start_bridge(e2e)
+    await wait_bridge(bridge)
+    holder = submit(e2e, script=TASKS_SCRIPT + "sleep 300\n", name="quota-holder")
+    await wait_job(
+        slurm_client, holder, until=lambda j: j.is_running, timeout=JOB_TIMEOUT, what="to run",
+        stack=e2e, bridge=bridge,
+    )  # fmt: skip
+    try:
+        cluster = e2e.slurm
+        job_id = cluster.sbatch(
+            "-N1", "--ntasks-per-node=1", "--mem=400", "--job-name=grown",
+            f"--output={cluster.jobs_dir}/job-%j.out", "--open-mode=append", script=PER_NODE_SCRIPT,
+        )  # fmt: skip
+        name = jobset_name(e2e.cluster_name, job_id)
+        first_uid, first_count = await eventually(
+            lambda: pod_count(e2e, name), timeout=30, what="the 1-node JobSet",
+            describe=lambda: stack_summary(e2e, bridge=bridge),
+        )  # fmt: skip
+        assert first_count == 1
+        assert workload_state_of(e2e, name) != WorkloadState.ADMITTED  # the quota is the holder's
+
+        # As root. A range: from one number 22.05's scontrol sets the minimum only, and slurmctld
+        # refuses it above the maximum (1, from -N1): "Node count specification invalid". 24.11's
+        # sets both.
+        cluster.scontrol("update", f"jobid={job_id}", "NumNodes=2-2")
+        grown = await slurm_client.get_job(job_id)
+        assert grown.node_count == 2, grown
+        assert grown.is_pending, grown
+        assert grown.hold, grown
+        new_uid, new_count = await eventually(
+            lambda: (found := pod_count(e2e, name)) is not None and found[0] != first_uid and found,
+            timeout=60, what="the JobSet to be replaced", describe=lambda: stack_summary(e2e, bridge=bridge),
+        )  # fmt: skip
+        assert new_count == 2
+        annotations = (jobset(e2e, name) or {})["metadata"]["annotations"]
+        assert annotations["bridge.k8s-bridge.io/slurm-nodes"] == ",".join(expected_nodes(job_id))
+        assert f"b{job_id}-0" not in e2e.slurm_nodes()  # the old JobSet was never admitted: no pod ran
+    finally:
+        scancel(e2e, holder)  # the quota goes to the grown job
+
+    async def done_on_the_same_jobset() -> SlurmJob | None:
+        """The job once finished; until then the new JobSet stays (replaced once, never again)."""
+        job = await slurm_client.get_job(job_id)
+        current = pod_count(e2e, name)
+        assert current is None or current == (new_uid, 2), f"JobSet replaced again: {current}"
+        return job if finished(job) else None
+
+    done: SlurmJob = await eventually(
+        done_on_the_same_jobset, timeout=JOB_TIMEOUT + CLEANUP_TIMEOUT, what=f"job {job_id} to finish",
+        describe=lambda: stack_summary(e2e, bridge=bridge),
+    )  # fmt: skip
+    completed_once(e2e, done)
+    assert done.restart_count == 0, done
+    await wait_cleaned_up(e2e, holder, bridge=bridge)
+    await wait_cleaned_up(e2e, job_id, bridge=bridge)
+    assert bridge.alive(), bridge.log_tail()

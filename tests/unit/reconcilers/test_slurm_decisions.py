@@ -44,7 +44,14 @@ from reconcilers.slurm import (
     unservable_comment,
 )
 from tests.fixtures.mixing import slurm_spec
-from translators.slurm import FINALIZER, Translation, Untranslatable, translate
+from translators.slurm import (
+    FINALIZER,
+    SHAPE_PREFIX,
+    Translation,
+    Untranslatable,
+    shape_fingerprint,
+    translate,
+)
 
 SLURM_DATA = Path(__file__).parents[1] / "slurm" / "data"
 SPEC = WorkloadMixingSpec.model_validate({"slurm": slurm_spec()})
@@ -364,8 +371,53 @@ def test_requeue_hold_under_way_on_slurm_2205_keeps_the_jobset(wl: WorkloadView)
     held = v0038_job("rest-v0.0.38-requeuehold-pending.json")
     d = decide(observe(held, js=jobset(), wl=workload(WorkloadState.PREEMPTED), nodes=IDLE,
                        pods=PodsView(active=2, running=2)))  # fmt: skip
+    assert d.actions == (Hold(reason="its pinned nodes are going away", unpin=NAMES),)  # the pin goes first
+    assert d.phase is Phase.EVICTED
+    unpinned = held.model_copy(update={"required_nodes": ()})
+    d = decide(observe(unpinned, js=jobset(), wl=workload(WorkloadState.PREEMPTED), nodes=IDLE,
+                       pods=PodsView(active=2, running=2)))  # fmt: skip
     assert d.actions == ()
     assert d.phase is Phase.EVICTED
+
+
+# --- a held job keeps no pin to nodes that are going or gone --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("js", "wl", "nodes"),
+    [
+        (jobset(), workload(WorkloadState.PREEMPTED), ()),  # requeue-held, nodes already deleted
+        (jobset(), workload(WorkloadState.EVICTED), IDLE),  # requeue-held, nodes still there
+        (jobset(deleting=True), workload(WorkloadState.ADMITTED), IDLE),  # JobSet deleted: before cleanup
+        (jobset(state=JobSetState.FAILED), workload(WorkloadState.FINISHED), IDLE),  # JobSet ended
+        (None, None, ()),  # JobSet gone: before a new one
+    ],
+    ids=["preempted, nodes gone", "evicted", "JobSet deleting", "JobSet ended", "no JobSet"],
+)
+def test_a_held_job_pinned_to_its_own_nodes_is_unpinned_before_they_go(
+    js: JobSetView | None, wl: WorkloadView | None, nodes: tuple[SlurmNode, ...]
+) -> None:
+    """A requeue-hold keeps the release's pin; slurmctld fails a pending job pinned to deleted nodes
+    at its next reconfigure (NODE_FAIL), so the pin goes before (or once) its nodes do."""
+    pinned = job(restart_count=1, required_nodes=NAMES, features=FEATURE)
+    d = decide(observe(pinned, js=js, wl=wl, nodes=nodes))
+    assert d.actions == (Hold(reason="its pinned nodes are going away", unpin=NAMES),)
+    assert d.needs_confirmation
+
+
+def test_a_readmitted_pinned_job_keeps_its_pin_for_the_release() -> None:
+    pinned = job(restart_count=1, required_nodes=NAMES, features=FEATURE)
+    waiting = decide(
+        observe(pinned, js=jobset(state=JobSetState.ACTIVE), wl=workload(WorkloadState.ADMITTED))
+    )
+    assert waiting.actions == ()
+    assert waiting.phase is Phase.ADMITTED
+
+
+def test_a_users_own_nodelist_is_never_unpinned() -> None:
+    users = job(required_nodes=("n1", "n2"))
+    d = decide(observe(users, js=jobset(), wl=workload(WorkloadState.EVICTED)))
+    assert not any(isinstance(a, Hold) for a in d.actions)
 
 
 def test_job_cancelled_while_running_on_slurm_2205_is_cleaned_up_while_completing() -> None:
@@ -525,6 +577,163 @@ def test_jobset_that_ended_before_the_job_ran_is_replaced() -> None:
     assert kinds(d) == ["delete_jobset", "delete_nodes", "remove_finalizer"]
 
 
+# --- row 16: held, changed by its user since its JobSet was made -> replaced ----------------------
+
+MADE_FOR = shape_fingerprint(job())
+"""The shape recorded on job 42's JobSet (``jobset()``, nodes ``NAMES``): two nodes, 1000 MB."""
+CLEANUP = ["drain_nodes", "delete_jobset", "delete_nodes", "remove_finalizer"]
+
+
+def test_a_job_grown_while_admitted_has_its_jobset_replaced_instead_of_waiting_forever() -> None:
+    """Kueue admitted two pods; the job now wants three: no pod would ever register b42-2."""
+    grown = job(node_count=3, cpus=3)
+    o = observe(grown, js=jobset(state=JobSetState.ACTIVE), wl=workload(WorkloadState.ADMITTED), nodes=IDLE,
+                pods=PodsView(active=2, running=2), jobset_shape=MADE_FOR)  # fmt: skip
+    d = decide(o)
+    assert kinds(d) == CLEANUP
+    assert d.actions[2] == DeleteNodes(names=NAMES)
+    assert d.phase is Phase.QUEUED
+    assert d.needs_confirmation
+    assert not d.concurrent
+
+
+def test_a_job_shrunk_while_admitted_is_not_released_onto_the_old_shape() -> None:
+    """Without the replacement it would be pinned to b42-0, a node sized by Kueue for another job."""
+    shrunk = job(node_count=1, cpus=1)
+    d = decide(
+        observe(shrunk, js=jobset(), wl=workload(WorkloadState.ADMITTED), nodes=IDLE, jobset_shape=MADE_FOR)
+    )
+    assert "pin_and_release" not in kinds(d)
+    assert kinds(d) == CLEANUP
+    assert d.needs_confirmation
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        {"node_count": 3},
+        {"memory_per_node_mb": 4000},
+        {"features": "ib"},
+        {"time_limit_minutes": 30},
+        {"account": "physics"},
+    ],
+    ids=",".join,
+)
+def test_a_job_changed_while_queued_has_its_jobset_replaced(changed: dict[str, Any]) -> None:
+    """Not admitted yet: the JobSet never left suspension, so no node call (row 1's rule)."""
+    d = decide(
+        observe(job(**changed), js=jobset(), wl=workload(WorkloadState.PENDING), jobset_shape=MADE_FOR)
+    )
+    assert kinds(d) == ["delete_jobset", "remove_finalizer"]
+    assert d.phase is Phase.QUEUED
+    assert d.needs_confirmation
+
+
+def test_a_job_changed_while_evicted_has_its_jobset_replaced() -> None:
+    d = decide(observe(job(node_count=3, restart_count=1), js=jobset(), wl=workload(WorkloadState.EVICTED),
+                       jobset_shape=MADE_FOR))  # fmt: skip
+    assert kinds(d) == ["delete_jobset", "delete_nodes", "remove_finalizer"]
+    assert d.needs_confirmation
+
+
+@pytest.mark.parametrize(
+    "wl", [workload(WorkloadState.PREEMPTED), workload(WorkloadState.ADMITTED)], ids=["evicted", "admitted"]
+)
+def test_a_requeue_held_job_changed_by_its_user_loses_the_old_pin_before_its_jobset(wl: WorkloadView) -> None:
+    """Released, preempted (a requeue-hold keeps the pin), then grown by its user: still pinned to
+    b42-0 and b42-1, which the new shape's names do not match. The pin goes first, as before any
+    removal of the nodes it names; then the JobSet is replaced."""
+    pinned = job(node_count=3, cpus=3, restart_count=1, required_nodes=NAMES, features=FEATURE)
+    d = decide(observe(pinned, js=jobset(), wl=wl, nodes=IDLE, jobset_shape=MADE_FOR))
+    (hold,) = d.actions
+    assert isinstance(hold, Hold)
+    assert hold.unpin == NAMES
+    assert d.needs_confirmation
+    unpinned = pinned.model_copy(update={"required_nodes": ()})
+    d = decide(observe(unpinned, js=jobset(), wl=wl, nodes=IDLE, jobset_shape=MADE_FOR))
+    assert kinds(d) == CLEANUP
+
+
+def test_once_the_old_jobset_is_gone_the_job_gets_one_of_its_new_shape() -> None:
+    grown = job(node_count=3, cpus=3)
+    # While the garbage collector deletes it: row 4, nothing deleted twice.
+    going = decide(observe(grown, js=jobset(deleting=True), has_finalizer=False, jobset_shape=MADE_FOR))
+    assert "delete_jobset" not in kinds(going)
+    (create,) = decide(observe(grown)).actions
+    assert isinstance(create, CreateJobSet)
+    assert create.manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"] == 3
+    assert create.manifest["metadata"]["annotations"]["bridge.k8s-bridge.io/slurm-job-shape"] != MADE_FOR
+
+
+def test_a_job_changed_into_one_that_cannot_be_served_is_told_why_once_its_jobset_is_gone() -> None:
+    huge = job(node_count=100000)
+    assert kinds(
+        decide(observe(huge, js=jobset(), wl=workload(WorkloadState.PENDING), jobset_shape=MADE_FOR))
+    ) == [
+        "delete_jobset",
+        "remove_finalizer",
+    ]
+    assert kinds(decide(observe(huge))) == ["report_unservable"]
+
+
+def test_a_job_moved_out_of_the_bridged_partitions_is_let_go() -> None:
+    moved = job(partition="debug")
+    d = decide(observe(moved, js=jobset(), wl=workload(WorkloadState.PENDING), jobset_shape=MADE_FOR))
+    assert kinds(d) == ["delete_jobset", "remove_finalizer"]
+    assert decide(observe(moved)).actions == ()
+
+
+@pytest.mark.parametrize(
+    "recorded",
+    ["", "v0-0123456789abcdef", "something else"],
+    ids=["older bridge", "other version", "foreign"],
+)
+def test_a_jobset_without_a_record_of_this_version_is_never_replaced(recorded: str) -> None:
+    grown = job(node_count=3, cpus=3)
+    o = observe(grown, js=jobset(), wl=workload(WorkloadState.ADMITTED), nodes=IDLE, jobset_shape=recorded)
+    d = decide(o)
+    assert d.actions == ()
+    assert d.phase is Phase.ADMITTED  # as before the record existed: waiting for its nodes
+
+
+def test_the_bridges_own_release_and_requeue_hold_do_not_replace_the_jobset() -> None:
+    """Pinned by the release, then requeue-held (pin kept, restarted): still the JobSet's job."""
+    requeued = job(restart_count=1, required_nodes=NAMES, features=FEATURE, comment=COMMENT_PREFIX + "x")
+    assert shape_fingerprint(requeued) == MADE_FOR
+    d = decide(
+        observe(requeued, js=jobset(), wl=workload(WorkloadState.ADMITTED), nodes=IDLE, jobset_shape=MADE_FOR)
+    )
+    assert d.actions == (PinAndRelease(nodes=NAMES, constraints=FEATURE, begin_now=True),)
+
+
+@pytest.mark.parametrize(
+    "o",
+    [
+        observe(released(node_count=3), js=jobset(), wl=workload(WorkloadState.ADMITTED), nodes=IDLE),
+        observe(
+            released(memory_per_node_mb=4000), js=jobset(), wl=workload(WorkloadState.ADMITTED), nodes=IDLE
+        ),
+        observe(
+            running(memory_per_node_mb=4000),
+            js=jobset(state=JobSetState.ACTIVE),
+            wl=workload(WorkloadState.ADMITTED),
+            nodes=IDLE,
+        ),
+        observe(
+            job(node_count=3, hold=False, state_flags=frozenset({"COMPLETING"})),
+            js=jobset(),
+            wl=workload(WorkloadState.PREEMPTED),
+        ),
+    ],
+    ids=["released, other node count", "released, other size", "running", "being requeued"],
+)
+def test_only_a_held_job_has_its_jobset_replaced(o: Observed) -> None:
+    """A released or running job is the guard's and Slurm's (rows 5 to 11), whatever its shape now."""
+    d = decide(replace(o, jobset_shape=MADE_FOR))
+    assert "delete_jobset" not in kinds(d)
+    assert d == decide(o)
+
+
 # --- crash recovery -----------------------------------------------------------------------------
 
 
@@ -608,6 +817,44 @@ def test_released_job_pinned_to_other_nodes_is_held() -> None:
     foreign = job(hold=False, required_nodes=("b7-0", "b7-1"), features="bridge-job-7")
     d = decide(observe(foreign, js=jobset(), wl=workload(WorkloadState.ADMITTED), nodes=IDLE))
     assert "hold" in kinds(d)
+
+
+def hold_of(d: Decision) -> Hold:
+    (hold,) = [a for a in d.actions if type(a) is Hold]
+    return hold
+
+
+@pytest.mark.parametrize(
+    "o",
+    [
+        observe(released(), js=jobset(), wl=workload(WorkloadState.PREEMPTED)),  # row 11, evicted
+        observe(released(), js=jobset(), wl=workload(WorkloadState.PENDING)),  # row 11, not admitted
+        observe(released(), js=jobset(deleting=True), wl=workload(WorkloadState.ADMITTED)),  # row 3
+        observe(released()),  # row 11, its JobSet gone (nodes deleted meanwhile)
+        observe(job(hold=False, required_nodes=NAMES, features=f"{FEATURE}&ib")),  # and the user's -C
+    ],
+    ids=["evicted", "not admitted", "jobset deleted", "no jobset", "with user features"],
+)
+def test_holding_the_bridges_own_release_clears_its_pin_in_the_same_update(o: Observed) -> None:
+    # Slurm 24.11 refuses every update of a job whose required nodes were deleted (2018), and a
+    # reconfigure fails it: the pin goes with the hold, before the bridge deletes those nodes.
+    assert hold_of(decide(o)).unpin == NAMES
+
+
+@pytest.mark.parametrize(
+    "pinned",
+    [
+        job(hold=False, state_reason="Priority", required_nodes=("c1", "c2")),  # the user's own -w
+        job(hold=False, state_reason="Priority", required_nodes=("b7-0", "b7-1"), features="bridge-job-7"),
+        job(hold=False, state_reason="Priority", required_nodes=NAMES),  # its names, not the feature
+        job(hold=False, state_reason="Priority", required_nodes=NAMES[:1], features=FEATURE),  # a part
+        job(hold=False, state_reason="Priority"),  # not pinned at all
+    ],
+    ids=["user -w", "another job's pin", "names without feature", "some of its names", "unpinned"],
+)
+def test_a_guard_hold_keeps_any_node_list_the_bridge_did_not_pin(pinned: SlurmJob) -> None:
+    for o in (observe(pinned), observe(pinned, js=jobset(), wl=workload(WorkloadState.EVICTED))):
+        assert hold_of(decide(o)).unpin == ()
 
 
 def test_foreign_job_running_in_a_bridged_partition_is_requeue_held() -> None:
@@ -740,6 +987,7 @@ NODES = st.sampled_from([(), IDLE, IDLE[:1], (node("b42-0"), node("b42-1", state
     nodes=NODES,
     finalizer=st.booleans(),
     active_pods=st.integers(0, 2),
+    recorded=st.sampled_from(["", MADE_FOR, shape_fingerprint(job(node_count=3))]),
 )
 def test_invariants_over_the_state_space(
     the_job: SlurmJob | None,
@@ -748,11 +996,25 @@ def test_invariants_over_the_state_space(
     nodes: tuple[SlurmNode, ...],
     finalizer: bool,
     active_pods: int,
+    recorded: str,
 ) -> None:
     o = observe(the_job, js=js, wl=wl if js is not None else None, nodes=nodes, has_finalizer=finalizer,
-                pods=PodsView(active=active_pods, running=active_pods))  # fmt: skip
+                pods=PodsView(active=active_pods, running=active_pods),
+                jobset_shape=recorded if js is not None else "")  # fmt: skip
     d = decide(o)
     assert d == decide(o), "decide is a pure function"
+    if d != decide(replace(o, jobset_shape="")):
+        # The recorded shape matters only for a held job whose JobSet was made for another shape of
+        # it (row 16), and then only to replace that JobSet, on a fresh read.
+        assert the_job is not None
+        assert the_job.hold
+        assert the_job.is_pending
+        assert js is not None
+        assert recorded.startswith(SHAPE_PREFIX)
+        assert recorded != shape_fingerprint(the_job)
+        # Its JobSet goes, or first the pin the release left, which names that JobSet's nodes.
+        assert "delete_jobset" in kinds(d) or kinds(d) == ["hold"]
+        assert d.needs_confirmation
     names = kinds(d)
     if "pin_and_release" in names:
         # Only a held, pending job, admitted, onto all of its own nodes registered idle with its feature.
@@ -770,10 +1032,13 @@ def test_invariants_over_the_state_space(
         assert the_job.hold
         assert isinstance(o.translation, Translation)
     if the_job is not None and not the_job.is_finished:
-        # A live job's JobSet is never deleted unless it ended before the job ran.
+        # A live job's JobSet is never deleted unless it ended before the job ran, or was made for
+        # another shape of the job, which is still held (row 16).
         if "delete_jobset" in names:
-            assert (js is not None and js.state in (JobSetState.FAILED, JobSetState.COMPLETED)) or (
-                wl is not None and wl.state is WorkloadState.FINISHED
+            assert (
+                (js is not None and js.state in (JobSetState.FAILED, JobSetState.COMPLETED))
+                or (wl is not None and wl.state is WorkloadState.FINISHED)
+                or (the_job.hold and the_job.is_pending and recorded not in ("", shape_fingerprint(the_job)))
             )
         # The finalizer goes only once the job cannot be running on those nodes.
         if "remove_finalizer" in names:
@@ -810,3 +1075,29 @@ def test_invariants_over_the_state_space(
         assert the_job.comment.startswith(COMMENT_PREFIX)
     assert not ({"create_jobset", "delete_jobset"} <= set(names))
     _ = (ClearComment, DeleteJobSet, RemoveFinalizer)
+
+
+PINNED_JOBS = st.sampled_from(
+    [
+        released(),
+        job(hold=False, state_reason="Priority", required_nodes=("c1", "c2")),
+        job(hold=False, state_reason="Priority", required_nodes=NAMES),
+        job(hold=False, state_reason="Priority", required_nodes=NAMES[:1], features=FEATURE),
+        job(hold=False, state_reason="Priority", required_nodes=("b7-0", "b7-1"), features="bridge-job-7"),
+        job(state_reason="JobHeldUser", required_nodes=NAMES, features=FEATURE),
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(the_job=st.one_of(JOB_STATES, PINNED_JOBS), js=JOBSETS, wl=WORKLOADS, nodes=NODES)
+def test_only_the_bridges_own_pin_is_ever_cleared(
+    the_job: SlurmJob | None, js: JobSetView | None, wl: WorkloadView | None, nodes: tuple[SlurmNode, ...]
+) -> None:
+    d = decide(observe(the_job, js=js, wl=wl if js is not None else None, nodes=nodes))
+    for action in d.actions:
+        if isinstance(action, Hold) and action.unpin:
+            assert the_job is not None
+            assert type(action) is Hold  # never the hold conversion of a held job
+            assert set(action.unpin) == set(NAMES)
+            assert the_job.is_pinned_to(NAMES, FEATURE)

@@ -18,17 +18,22 @@ from bridge.api.slurm_job import JobState, SlurmJob
 from bridge.api.slurm_node import NodeState, SlurmNode
 from bridge.runtime.cache import Store
 from bridge.runtime.client import Client
-from bridge.runtime.controller import Request, Result
+from bridge.runtime.controller import Controller, Request, Result
+from bridge.runtime.discovery import Resource
 from bridge.runtime.errors import ApiError, NotFound
 from bridge.runtime.handlers import Object
+from bridge.runtime.manager import Manager
 from bridge.slurm.errors import InvalidJobId, InvalidNodeName, SlurmAPIError, SlurmUnavailable
 from bridge.slurm.metrics import slurm_metrics
-from bridge.slurm.program import Settings, parse_args
-from bridge.slurm.source import node_object
+from bridge.slurm.program import Settings, SlurmBridge, parse_args
+from bridge.slurm.source import SlurmNodeSource, node_object
 from reconcilers.slurm import (
     INDEX_JOB,
     INDEX_JOB_UID,
+    RELEASE_PRIORITY,
     SLURM_RETRY,
+    WAIT_FOR_NODES,
+    Phase,
     SlurmReconciler,
     jobset_job_keys,
     node_job_keys,
@@ -88,6 +93,7 @@ class FakeSlurm:
         self.hold_error: Exception | None = None
         self.delete_error: Exception | None = None
         self.before_hold: Callable[[], Awaitable[None]] | None = None
+        self.unpinned: list[tuple[int, tuple[str, ...]]] = []
 
     def _check(self) -> None:
         if self.down:
@@ -101,10 +107,12 @@ class FakeSlurm:
             raise InvalidJobId("gone", error_number=2017)
         return job
 
-    async def hold_job(self, job_id: int) -> None:
+    async def hold_job(self, job_id: int, *, unpin: Sequence[str] = ()) -> None:
         if self.before_hold is not None:
             await self.before_hold()
         self.calls.append(("hold", job_id))
+        if unpin:
+            self.unpinned.append((job_id, tuple(unpin)))
         if self.hold_error is not None:
             raise self.hold_error
         if self.refuse_hold:
@@ -437,6 +445,27 @@ async def test_a_refused_guard_hold_is_retried() -> None:
         await w.reconcile()
 
 
+NAMES = ("b42-0", "b42-1")
+
+
+async def test_holding_the_bridges_own_release_clears_its_pin_and_a_users_node_list_stays() -> None:
+    """Evicted after the release (row 11): the hold names the job's own nodes to unpin, as decided on
+    the fresh read. A job pinned by its user (``-w`` of other nodes) is held with its list kept."""
+    w = World(held(hold=False, required_nodes=NAMES, features="bridge-job-42", state_reason="None"))
+    w.add_jobset(jobset_object())
+    w.workloads.put(workload_object(admitted=False))
+    await w.reconcile()
+    assert w.slurm.calls == [("get_job", 42), ("hold", 42)]
+    assert w.slurm.unpinned == [(42, NAMES)]
+
+    users = World(held(hold=False, required_nodes=("c1", "c2"), state_reason="Priority"))
+    users.add_jobset(jobset_object())
+    users.workloads.put(workload_object(admitted=False))
+    await users.reconcile()
+    assert users.slurm.calls == [("get_job", 42), ("hold", 42)]
+    assert users.slurm.unpinned == []
+
+
 # --- the JobSet's creation: no fresh read, independent actions at once ----------------------------
 
 
@@ -523,6 +552,35 @@ async def test_a_comment_is_cleared_only_if_the_fresh_read_still_shows_the_bridg
     assert w.slurm.calls == [("get_job", 42), ("comment", 42, "")]
 
 
+# --- a held job changed by its user (row 16) ---------------------------------------------------------
+
+
+async def test_the_jobset_of_a_job_changed_by_its_user_is_replaced_after_a_fresh_read() -> None:
+    """The JobSet was made for two nodes (its recorded shape); the user asked for three since."""
+    w = World(held(node_count=3, cpus=3))
+    w.add_jobset(jobset_object())
+    w.workloads.put(workload_object(admitted=False))
+    await w.reconcile()
+    assert w.slurm.calls == [("get_job", 42)]  # confirmed; never admitted, so no node call
+    assert [c[:3] for c in w.kube.calls] == [
+        ("delete", "JobSet", "slurm-hpc-42"),
+        ("patch", "JobSet", "slurm-hpc-42"),
+    ]
+    assert w.reconciler.phases == {"hpc/42": "queued"}
+
+
+async def test_a_jobset_is_kept_when_the_fresh_read_shows_the_shape_it_was_made_for() -> None:
+    """The cache is a poll behind the read the JobSet was made from: it still shows the job before its
+    user's change. The fresh read shows the JobSet's own shape, so nothing is deleted."""
+    w = World(held(node_count=3, cpus=3))
+    w.slurm.jobs = Jobs(held())
+    w.add_jobset(jobset_object())
+    w.workloads.put(workload_object(admitted=False))
+    await w.reconcile()
+    assert w.slurm.calls == [("get_job", 42)]
+    assert w.kube.calls == []
+
+
 # --- cleanup: in order, and no calls for nodes that cannot exist -------------------------------------
 
 
@@ -568,3 +626,75 @@ def test_the_default_worker_count_is_the_measured_one(monkeypatch: pytest.Monkey
     _, settings, _ = parse_args(["--config", "site"])
     assert settings.max_concurrent_reconciles == 16
     assert Settings(config="site").max_concurrent_reconciles == 16
+
+
+# --- release priority --------------------------------------------------------------------------
+
+
+async def test_a_job_waiting_for_its_nodes_has_its_events_ranked_first() -> None:
+    """Only while the job is admitted and waiting for its nodes: its next reconcile may be the release."""
+    w = World(held())
+    waiting = Request("hpc", "42")
+    assert w.reconciler.release_priority(waiting) == 0  # not tracked yet
+    await w.reconcile()
+    assert w.reconciler.phases == {"hpc/42": "queued"}
+    assert w.reconciler.release_priority(waiting) == 0
+    w.add_jobset(jobset_object())
+    w.workloads.put(workload_object(admitted=True))
+    w.nodes.put(node_object(idle("b42-0")))
+    await w.reconcile()  # 1 of 2 nodes
+    assert w.reconciler.phases == {"hpc/42": "admitted"}
+    assert w.reconciler.release_priority(waiting) == RELEASE_PRIORITY > 0
+    assert w.reconciler.release_priority(Request("hpc", "43")) == 0
+    assert w.reconciler.release_priority(Request("other", "42")) == 0
+    w.nodes.put(node_object(idle("b42-1")))
+    await w.reconcile()  # pinned and released
+    assert w.reconciler.phases == {"hpc/42": "releasing"}
+    assert w.reconciler.release_priority(waiting) == 0
+
+
+async def test_the_look_again_while_waiting_for_nodes_is_not_ranked_first() -> None:
+    """The node event carries the priority; the safety-net look runs at 0, whatever this reconcile
+    was handed out with (a requeue keeps that unless the result names one)."""
+    w = World(held())
+    w.add_jobset(jobset_object())
+    w.workloads.put(workload_object(admitted=True))
+    w.nodes.put(node_object(idle("b42-0")))
+    assert await w.reconcile() == Result(requeue_after=WAIT_FOR_NODES, priority=0)
+    assert w.reconciler.phases == {"hpc/42": "admitted"}
+
+
+class DiscoveryOnly:
+    """A client that only resolves resources: enough to wire the bridge without running it."""
+
+    async def resource(self, api_version: str, kind: str) -> Resource:
+        group, _, version = api_version.rpartition("/")
+        return Resource(group=group, version=version, plural=kind.lower() + "s", kind=kind, namespaced=True)
+
+
+async def test_the_bridge_ranks_node_events_of_waiting_jobs_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The program wires the node source's watch with ``release_priority``, and no other watch."""
+    watches: list[tuple[object, Any]] = []
+    original = Controller.watch
+
+    def recording(self: Controller, source: Any, **options: Any) -> None:
+        watches.append((source, options.get("priority_of")))
+        original(self, source, **options)
+
+    async def no_run(self: Manager) -> None:
+        return None
+
+    monkeypatch.setattr(Controller, "watch", recording)
+    monkeypatch.setattr(Manager, "run", no_run)
+    settings = Settings(
+        config="site", mixing_controller=False, metrics_bind_address="0", health_probe_bind_address="0"
+    )
+    bridge = SlurmBridge(settings, registry=CollectorRegistry(), handle_signals=False)
+    await bridge._run(cast(Client, DiscoveryOnly()))
+    reconciler = bridge.reconciler
+    assert reconciler is not None
+    ranked = [(source, priority_of) for source, priority_of in watches if priority_of is not None]
+    assert [type(source) for source, _ in ranked] == [SlurmNodeSource]
+    reconciler.phases["hpc/42"] = Phase.ADMITTED
+    assert ranked[0][1](Request("hpc", "42")) == RELEASE_PRIORITY
+    assert ranked[0][1](Request("hpc", "43")) == 0

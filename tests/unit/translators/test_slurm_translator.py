@@ -18,12 +18,14 @@ from bridge.sandbox.runner import container_command
 from bridge.slurm.versions import adapter_for
 from tests.fixtures.mixing import example_mixing, slurm_spec, target
 from translators.slurm import (
+    ANNOTATION_SHAPE,
     ENV_NODE_NAME,
     FINALIZER,
     LABEL_CLUSTER,
     LABEL_JOB_ID,
     MAX_JOBSET_NAME_LENGTH,
     REPLICATED_JOB,
+    SHAPE_PREFIX,
     Translation,
     TranslationOptions,
     Untranslatable,
@@ -32,6 +34,7 @@ from translators.slurm import (
     job_selector,
     jobset_name,
     node_names,
+    shape_fingerprint,
     translate,
 )
 
@@ -444,6 +447,110 @@ class TestNames:
             assert jobset_name(a, job_id) != jobset_name(b, job_id)
 
 
+# --- the job's shape: what of the job made its JobSet -------------------------------------------
+
+GPU = Gres(name="gpu", count=1)
+
+
+class TestShape:
+    """``shape_fingerprint``: the reconciler replaces a held job's JobSet when it differs (row 16), so
+    it must change with every field that shapes the JobSet and with nothing else."""
+
+    def test_the_jobset_records_the_jobs_shape(self) -> None:
+        t = served(held())
+        assert t.manifest["metadata"]["annotations"][ANNOTATION_SHAPE] == t.shape == shape_fingerprint(held())
+        assert re.fullmatch(re.escape(SHAPE_PREFIX) + "[0-9a-f]{16}", t.shape)
+        assert shape_fingerprint(held()) == shape_fingerprint(held())  # an equal job, built again
+
+    @pytest.mark.parametrize(
+        "fields",
+        [
+            {"node_count": 2},
+            {"cpus": 2},
+            {"min_cpus_per_node": 2},
+            {"tasks_per_node": 2, "cpus_per_task": 2},
+            {"cpus_per_gpu": 2},
+            {"memory_per_node_mb": 2000},
+            {"memory_per_node_mb": None, "memory_per_cpu_mb": 1000},
+            {"memory_per_node_mb": None, "memory_per_gpu_mb": 1000},
+            {"memory_per_node_mb": None},
+            {"gres_per_node": (GPU,)},
+            {"gres_per_node": (Gres(name="gpu", type="a100", count=1),)},
+            {"gres_per_job": (GPU,)},
+            {"gres_per_task": (GPU,)},
+            {"gres_per_socket": (GPU,)},
+            {"features": "ib"},
+            {"partition": "gpu"},
+            {"partition": "bridge,gpu"},
+            {"account": "physics"},
+            {"qos": "urgent"},
+            {"time_limit_minutes": 60},
+            {"switches": 1},
+            {"required_nodes": ("c1",)},
+            {"excluded_nodes": ("c1",)},
+        ],
+        ids=",".join,
+    )
+    def test_each_field_that_shapes_the_jobset_changes_it(self, fields: dict[str, Any]) -> None:
+        assert shape_fingerprint(held(**fields)) != shape_fingerprint(held())
+
+    def test_the_tasks_per_node_count_where_gres_come_per_task(self) -> None:
+        per_task = {"gres_per_task": (GPU,), "tasks": 2}
+        assert shape_fingerprint(held(**per_task, tasks_per_node=1)) != shape_fingerprint(held(**per_task))
+        assert shape_fingerprint(held(tasks=2)) == shape_fingerprint(held())  # no GRES per task: no effect
+
+    @pytest.mark.parametrize(
+        "fields",
+        [
+            {"name": "renamed"},
+            {"comment": "my note"},
+            {"comment": "k8s-bridge: held: too many nodes"},
+            {"user_name": "alice", "user_id": 1000},
+            {"hold": False, "state_reason": "None"},
+            {"state_reason": "JobHeldAdmin", "priority": 0},
+            {"restart_count": 3},
+            {"max_nodes": 4},
+            {"exclusive": True, "exclusive_user": True},
+            {"contiguous": True},
+            {"prefer": "ib"},
+            {"tasks": 8},
+            # The bridge's own pin (the release), which a requeue-hold keeps:
+            {"features": "bridge-job-42", "required_nodes": ("b42-0",)},
+        ],
+        ids=",".join,
+    )
+    def test_what_does_not_shape_the_jobset_leaves_it_alone(self, fields: dict[str, Any]) -> None:
+        assert shape_fingerprint(held(**fields)) == shape_fingerprint(held())
+
+    def test_order_within_sets_does_not_count(self) -> None:
+        """Slurm moves the partition a job ran in to the front of its list, and a requeue-hold keeps it."""
+        assert shape_fingerprint(held(partition="debug,bridge")) == shape_fingerprint(
+            held(partition="bridge,debug")
+        )
+        assert shape_fingerprint(held(features="ib&nvme")) == shape_fingerprint(held(features="nvme&ib"))
+        pinned = held(features="bridge-job-42&ib&nvme")
+        assert shape_fingerprint(pinned) == shape_fingerprint(held(features="ib&nvme"))
+
+    def test_a_workloadmixing_change_changes_the_manifest_not_the_shape(self) -> None:
+        """A new image, overhead or mapping rule must not replace every queued JobSet."""
+        other = make_spec(
+            podTemplate={"image": "slurmd:25.05", "overhead": {"cpu": "200m"}},
+            mapping={"default": target("other-queue")},
+        )
+        before, after = served(held()), served(held(), other)
+        assert before.manifest != after.manifest
+        assert before.shape == after.shape
+        ann = ANNOTATION_SHAPE
+        assert (
+            before.manifest["metadata"]["annotations"][ann] == after.manifest["metadata"]["annotations"][ann]
+        )
+
+    def test_a_job_is_compared_with_itself_not_with_another_job(self) -> None:
+        # Job 7 pinned to job 42's nodes and feature is not job 42 pinned by the bridge.
+        pinned = {"features": "bridge-job-42", "required_nodes": ("b42-0",)}
+        assert shape_fingerprint(held(job_id=7, **pinned)) != shape_fingerprint(held(job_id=7))
+
+
 # --- fuzzing: any job -> a valid manifest or a reason; nothing hostile leaks --------------------
 
 HOSTILE = st.sampled_from(
@@ -601,3 +708,27 @@ def test_hostile_text_never_refuses_nor_leaks(job: SlurmJob, cluster: str | None
     result = check_translation(job, cluster)
     if isinstance(result, Untranslatable):
         assert result.code in {UntranslatableCode.NODE_TOO_LARGE, UntranslatableCode.UNSUPPORTED_FEATURES}
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(job=SERVABLE)
+def test_the_bridges_release_and_a_requeue_hold_keep_the_shape(job: SlurmJob) -> None:
+    """The release pins the job (``constraints``, required nodes) and unholds it; a requeue-hold holds
+    it again with the pin kept: still the job its JobSet was made for, never replaced for that."""
+    result = translate(job, FUZZ_SPEC)
+    if not isinstance(result, Translation):
+        return
+    requeued = job.model_copy(
+        update={
+            "features": result.constraints,
+            "required_nodes": result.node_names,
+            "restart_count": 1,
+            "state_reason": "JobHeldAdmin",
+            "comment": "k8s-bridge: released",
+        }
+    )
+    assert shape_fingerprint(requeued) == result.shape
+    again = translate(requeued, FUZZ_SPEC)
+    assert isinstance(again, Translation)
+    assert again.shape == result.shape
+    assert re.fullmatch(re.escape(SHAPE_PREFIX) + "[0-9a-f]{16}", result.shape)
