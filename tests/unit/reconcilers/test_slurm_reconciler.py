@@ -214,6 +214,11 @@ def idle(name: str) -> SlurmNode:
     )
 
 
+def released_by_the_bridge() -> SlurmJob:
+    """Job 42 as Slurm has it right after the bridge's pin-and-release."""
+    return held(hold=False, required_nodes=("b42-0", "b42-1"), features="bridge-job-42", state_reason="None")
+
+
 class World:
     def __init__(self, *jobs: SlurmJob, down: bool = False) -> None:
         self.jobs = Jobs(*jobs)
@@ -237,6 +242,13 @@ class World:
             metrics=slurm_metrics(self.registry),
             on_phases=lambda p: self.phases.append(dict(p)),
         )
+
+    def admit_with_idle_nodes(self, jobset: Object) -> None:
+        """The JobSet in the cache, its Workload Admitted, both of job 42's nodes registered idle."""
+        self.add_jobset(jobset)
+        self.workloads.put(workload_object(admitted=True))
+        for name in ("b42-0", "b42-1"):
+            self.nodes.put(node_object(idle(name)))
 
     def add_jobset(self, obj: Object) -> None:
         self.jobsets.put(obj)
@@ -271,10 +283,7 @@ async def test_requests_of_another_cluster_or_not_a_job_id_are_ignored() -> None
 async def test_admitted_with_nodes_pins_after_a_fresh_read_and_measures_latency() -> None:
     w = World(held())
     await w.reconcile()  # queued
-    w.add_jobset(jobset_object())
-    w.workloads.put(workload_object(admitted=True))
-    for name in ("b42-0", "b42-1"):
-        w.nodes.put(node_object(idle(name)))
+    w.admit_with_idle_nodes(jobset_object())
     await w.reconcile()
     assert ("get_job", 42) in w.slurm.calls
     assert w.slurm.calls[-1] == ("pin", 42, ("b42-0", "b42-1"), "bridge-job-42", None)
@@ -285,14 +294,9 @@ async def test_admitted_with_nodes_pins_after_a_fresh_read_and_measures_latency(
 
 async def test_pin_is_skipped_when_the_fresh_read_shows_the_job_already_released() -> None:
     w = World(held())
-    w.add_jobset(jobset_object())
-    w.workloads.put(workload_object(admitted=True))
-    for name in ("b42-0", "b42-1"):
-        w.nodes.put(node_object(idle(name)))
+    w.admit_with_idle_nodes(jobset_object())
     # The source is a poll behind: Slurm already has the job released by our last reconcile.
-    w.slurm.jobs = Jobs(
-        held(hold=False, required_nodes=("b42-0", "b42-1"), features="bridge-job-42", state_reason="None")
-    )
+    w.slurm.jobs = Jobs(released_by_the_bridge())
     await w.reconcile()
     assert [c[0] for c in w.slurm.calls] == ["get_job"]
 
@@ -302,13 +306,8 @@ async def test_nodes_are_not_deleted_under_a_job_the_cache_shows_held_but_slurm_
     behind and still shows it held. A fresh read shows the release: the job is held again first,
     and its nodes stay until it is (row 3, not row 4)."""
     w = World(held())
-    w.add_jobset(jobset_object(deleting=True))
-    w.workloads.put(workload_object(admitted=True))
-    for name in ("b42-0", "b42-1"):
-        w.nodes.put(node_object(idle(name)))
-    w.slurm.jobs = Jobs(
-        held(hold=False, required_nodes=("b42-0", "b42-1"), features="bridge-job-42", state_reason="None")
-    )
+    w.admit_with_idle_nodes(jobset_object(deleting=True))
+    w.slurm.jobs = Jobs(released_by_the_bridge())
     await w.reconcile()
     assert [c[0] for c in w.slurm.calls] == ["get_job", "hold"]
 
@@ -360,10 +359,7 @@ async def test_a_job_missing_from_the_cache_but_alive_in_slurm_is_not_cleaned_up
     )  # fmt: skip
     w = World()
     w.slurm.jobs = Jobs(alive)
-    w.add_jobset(jobset_object())
-    w.workloads.put(workload_object(admitted=True))
-    for name in ("b42-0", "b42-1"):
-        w.nodes.put(node_object(idle(name)))
+    w.admit_with_idle_nodes(jobset_object())
     await w.reconcile()
     assert w.slurm.calls == [("get_job", 42)]
     assert w.kube.calls == []
@@ -380,10 +376,7 @@ async def test_finalizer_removal_tolerates_a_jobset_already_gone() -> None:
 
 async def test_slurmrestd_down_requeues_calmly_instead_of_raising() -> None:
     w = World(held(), down=True)
-    w.add_jobset(jobset_object())
-    w.workloads.put(workload_object(admitted=True))
-    for name in ("b42-0", "b42-1"):
-        w.nodes.put(node_object(idle(name)))
+    w.admit_with_idle_nodes(jobset_object())
     result = await w.reconcile()
     assert result == Result(requeue_after=SLURM_RETRY)
 

@@ -6,6 +6,8 @@ where a live stack of another run keeps its own; a unit test must neither see no
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,3 +20,14 @@ def private_run_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
     path = tmp_path_factory.mktemp("run")
     monkeypatch.setenv(RUN_DIR_ENV, str(path))
     return path
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    """A real child process (``sleep 600``), killed and reaped after the test."""
+    process = subprocess.Popen(["sleep", "600"])
+    try:
+        yield process
+    finally:
+        process.kill()
+        process.wait()

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -55,16 +55,6 @@ def running(pid: int, started: int) -> bool:
     except (OSError, IndexError):
         return False
     return state != "Z" and start_time(pid) == started
-
-
-@pytest.fixture
-def sleeper() -> Iterator[subprocess.Popen[bytes]]:
-    process = subprocess.Popen(["sleep", "600"])
-    try:
-        yield process
-    finally:
-        process.kill()
-        process.wait()
 
 
 def info(

@@ -1,7 +1,7 @@
 """Removing a pod's network namespace: off the event loop, never by a reused pid, never losing the name.
 
 Real namespaces need root and ``ip``: see ``tests/integration/test_process_runner.py``. Here the
-namespace is a file under a temporary ``NETNS_DIR`` (or a link to a child's ``/proc/<pid>/ns/net``),
+namespace is a file under a temporary ``NETNS_DIR`` (or a link to a sleeper's ``/proc/<pid>/ns/net``),
 the /proc scan is replaced by the pids a test chooses, and the processes are real children.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,16 +20,6 @@ from bridge.sandbox.netns import NamespaceBusyError, NetworkNamespace, kill_proc
 from bridge.sandbox.runner import ProcessRunner
 
 NAME = "kb-unittest01"
-
-
-@pytest.fixture
-def child() -> Iterator[subprocess.Popen[bytes]]:
-    process = subprocess.Popen(["sleep", "600"])
-    try:
-        yield process
-    finally:
-        process.kill()
-        process.wait()
 
 
 def scan_finding(*answers: list[int]) -> Callable[[str], list[int]]:
@@ -45,40 +35,40 @@ def scan_finding(*answers: list[int]) -> Callable[[str], list[int]]:
 
 class TestKillingByPid:
     def test_a_pid_reused_by_a_process_outside_the_namespace_is_not_killed(
-        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, child: subprocess.Popen[bytes]
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sleeper: subprocess.Popen[bytes]
     ) -> None:
-        # The scan saw ``child.pid`` in the namespace; by the time it is killed that pid is a process
-        # elsewhere (here: the child, whose namespace is not the one named).
+        # The scan saw ``sleeper.pid`` in the namespace; by the time it is killed that pid is a process
+        # elsewhere (here: the sleeper, whose namespace is not the one named).
         monkeypatch.setattr(netns, "NETNS_DIR", tmp_path)
         (tmp_path / NAME).write_text("")
-        monkeypatch.setattr(netns, "namespace_pids", scan_finding([child.pid], []))
+        monkeypatch.setattr(netns, "namespace_pids", scan_finding([sleeper.pid], []))
         assert kill_processes(NAME, timeout=0.0) == []
-        assert child.poll() is None
+        assert sleeper.poll() is None
 
     def test_a_process_still_in_the_namespace_is_killed(
-        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, child: subprocess.Popen[bytes]
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sleeper: subprocess.Popen[bytes]
     ) -> None:
         monkeypatch.setattr(netns, "NETNS_DIR", tmp_path)
-        (tmp_path / NAME).symlink_to(f"/proc/{child.pid}/ns/net")  # the namespace is the child's
-        monkeypatch.setattr(netns, "namespace_pids", scan_finding([child.pid], []))
-        assert kill_processes(NAME, timeout=0.0) == [child.pid]
-        assert child.wait() == -9
+        (tmp_path / NAME).symlink_to(f"/proc/{sleeper.pid}/ns/net")  # the namespace is the sleeper's
+        monkeypatch.setattr(netns, "namespace_pids", scan_finding([sleeper.pid], []))
+        assert kill_processes(NAME, timeout=0.0) == [sleeper.pid]
+        assert sleeper.wait() == -9
 
 
 class TestRemovingANamespace:
     def test_the_name_is_kept_while_processes_remain(
-        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, child: subprocess.Popen[bytes]
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sleeper: subprocess.Popen[bytes]
     ) -> None:
         # A process that outlives the kill timeout (here: never killed, not being in the namespace by
         # the time it is signalled, yet always found by the scan).
         monkeypatch.setattr(netns, "NETNS_DIR", tmp_path)
         (tmp_path / NAME).write_text("")
-        monkeypatch.setattr(netns, "namespace_pids", scan_finding([child.pid]))
+        monkeypatch.setattr(netns, "namespace_pids", scan_finding([sleeper.pid]))
         commands: list[tuple[str, ...]] = []
         monkeypatch.setattr(netns, "_ip", lambda *args, check=True: commands.append(args))
         with pytest.raises(NamespaceBusyError, match=NAME) as raised:
             remove_namespace(NAME, timeout=0.0)
-        assert raised.value.pids == [child.pid]
+        assert raised.value.pids == [sleeper.pid]
         assert commands == [], "neither the namespace nor its veth is deleted"
 
     def test_an_emptied_namespace_is_deleted(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
