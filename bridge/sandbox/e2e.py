@@ -175,6 +175,21 @@ def processes_of_cluster(cluster: SlurmCluster) -> list[str]:
     return found
 
 
+def bridge_environment(caller: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
+    """The bridge subprocess's whole environment: ``PATH``, ``HOME`` and ``PYTHONPATH`` of the caller,
+    then ``extra``. The caller's import path, so that the bridge runs the same sources as the test
+    that starts it (a checkout other than the editable install's); nothing else of the caller's, whose
+    ``K8S_BRIDGE_*`` variables would set the bridge's flags."""
+    environment = {
+        "PATH": caller.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+        "HOME": caller.get("HOME", "/root"),
+        "PYTHONUNBUFFERED": "1",
+    }
+    if caller.get("PYTHONPATH"):
+        environment["PYTHONPATH"] = caller["PYTHONPATH"]
+    return {**environment, **extra}
+
+
 @dataclass
 class BridgeProcess:
     """``python -m bridge.slurm`` as a subprocess of the stack: start, SIGKILL, restart, read its logs and
@@ -603,13 +618,7 @@ class E2EStack:
             *(["--scontrol-prefix", shlex.join(self.scontrol_prefix())] if self.scontrol_prefix() else []),
             *extra_args,
         ]  # fmt: skip
-        environment = {
-            "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
-            "HOME": os.environ.get("HOME", "/root"),
-            "PYTHONUNBUFFERED": "1",
-            **self.scontrol_env(),
-            **(env or {}),
-        }
+        environment = bridge_environment(os.environ, {**self.scontrol_env(), **(env or {})})
         bridge = BridgeProcess(
             group=self.group, argv=argv, env=environment, metrics_port=metrics_port, name=name
         )
