@@ -469,6 +469,17 @@ class Gate:
             await self.gate.wait()
         return Result()
 
+    async def open_until(self, calls: int, *, controller: Controller, task: asyncio.Task[None]) -> None:
+        """Let the first reconcile finish, wait for ``calls`` reconciles in all, then stop the controller."""
+        self.gate.set()
+        try:
+            async with asyncio.timeout(5):
+                while len(self.calls) < calls:
+                    await asyncio.sleep(0.005)
+        finally:
+            controller.stop()
+            await asyncio.wait_for(task, 2)
+
 
 async def test_a_live_event_overtakes_an_initial_list_backlog(registry: CollectorRegistry) -> None:
     """After a restart, 1,000 unchanged objects are queued; real changes made meanwhile go first."""
@@ -482,14 +493,7 @@ async def test_a_live_event_overtakes_an_initial_list_backlog(registry: Collecto
     source.update(obj("o999", resourceVersion="5000", labels={"changed": "yes"}))  # a real change
     source.add(obj("new"))  # a live add
     source.update(source.objects["o500"])  # a resync: same resourceVersion, stays where it is
-    gate.gate.set()
-    try:
-        async with asyncio.timeout(5):
-            while len(gate.calls) < 1001:
-                await asyncio.sleep(0.005)
-    finally:
-        controller.stop()
-        await asyncio.wait_for(task, 2)
+    await gate.open_until(1001, controller=controller, task=task)
     assert gate.calls[:3] == [Request("ns", "o0"), Request("ns", "o999"), Request("ns", "new")]
     assert gate.calls[3:] == initial[1:999], "the backlog follows, in order, each key once"
 
@@ -504,14 +508,7 @@ async def test_without_low_priority_the_backlog_goes_first(registry: CollectorRe
     task = asyncio.create_task(controller.run())
     await asyncio.wait_for(gate.started.wait(), 2)
     source.add(obj("new"))
-    gate.gate.set()
-    try:
-        async with asyncio.timeout(5):
-            while len(gate.calls) < 101:
-                await asyncio.sleep(0.005)
-    finally:
-        controller.stop()
-        await asyncio.wait_for(task, 2)
+    await gate.open_until(101, controller=controller, task=task)
     assert gate.calls == [*initial, Request("ns", "new")]
 
 
@@ -533,14 +530,7 @@ async def test_a_changed_polled_job_overtakes_the_first_list(registry: Collector
     await jobs.poll_once()  # the first list, delivered to the controller's handler
     await asyncio.wait_for(gate.started.wait(), 2)
     await jobs.poll_once()  # job 299 changed
-    gate.gate.set()
-    try:
-        async with asyncio.timeout(5):
-            while len(gate.calls) < 300:
-                await asyncio.sleep(0.005)
-    finally:
-        controller.stop()
-        await asyncio.wait_for(task, 2)
+    await gate.open_until(300, controller=controller, task=task)
     assert gate.calls[:3] == [Request("", "0"), Request("", "299"), Request("", "1")]
     assert len(set(gate.calls)) == 300
 
