@@ -57,7 +57,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import fcntl
 import logging
 import os
 import platform
@@ -90,6 +89,7 @@ from bridge.runtime import (
     Session,
     configure_logging,
 )
+from bridge.sandbox import owners
 from bridge.sandbox.netns import (
     NETNS_DIR,
     NamespaceBusyError,
@@ -263,17 +263,11 @@ def lock_workdir(workdir: Path) -> int:
 
 
 def _lock_file(path: Path, *, busy: str) -> int:
-    """Take an exclusive ``flock`` on ``path`` (not inherited by children) and write our pid in it;
-    if another process holds it, fail with its pid and ``busy``."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-        os.close(fd)
-        raise StackError(f"another process runner (pid {holder}) {busy}") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    """Take an exclusive ``flock`` on ``path`` (:func:`bridge.sandbox.owners.hold`: not inherited by
+    children) with our pid in it; if another process holds it, fail with its pid and ``busy``."""
+    fd = owners.hold(path, content=f"{os.getpid()}\n")
+    if fd is None:
+        raise StackError(f"another process runner (pid {owners.read_holder(path)}) {busy}")
     return fd
 
 
