@@ -57,8 +57,8 @@ import contextlib
 import enum
 import re
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Protocol
 
 import structlog
@@ -94,8 +94,19 @@ from bridge.slurm.errors import (
 )
 from bridge.slurm.metrics import SlurmMetrics
 from bridge.slurm.source import job_key, node_of
+from reconcilers.slurm_waiting import (
+    RETRY_AFTER_GIVE_BACK,
+    BridgeHold,
+    begin_time_is_slurms_requeue_delay,
+    blocked_reason,
+    is_a_persons_admin_hold,
+    not_starting_reason,
+    retry_after_give_back,
+    when,
+)
 from translators.slurm import (
     ANNOTATION_FEATURE,
+    ANNOTATION_HOLDS_MARKED,
     ANNOTATION_NODES,
     ANNOTATION_SHAPE,
     DEFAULT_OPTIONS,
@@ -132,6 +143,7 @@ __all__ = [
     "DeleteNodes",
     "DrainNodes",
     "Hold",
+    "MarkHeld",
     "MixingConfig",
     "Observed",
     "Phase",
@@ -141,7 +153,9 @@ __all__ = [
     "ReportUnservable",
     "RequeueHold",
     "SlurmActions",
+    "SlurmObserver",
     "SlurmReconciler",
+    "WriteComment",
     "decide",
     "jobset_job_keys",
     "node_job_id",
@@ -149,6 +163,7 @@ __all__ = [
     "pod_job_keys",
     "request_for_key",
     "unservable_comment",
+    "waiting_comment",
     "workload_uid_keys",
 ]
 
@@ -173,6 +188,8 @@ RELEASE_PRIORITY = 10
 wait behind the ordinary reconciles queued at 0 (cleanups of ending jobs, creations)."""
 WAIT_FOR_SLURM = 1.0
 """Seconds between looks while Slurm carries out a requeue-hold (COMPLETING -> PENDING held)."""
+WAIT_FOR_BEGIN = 60.0
+"""Longest wait between looks at a job that is not bridged until a time (its begin time, a retry)."""
 WAIT_FOR_SLOT = 10.0
 """Seconds between looks while ``limits.maxBridgedJobs`` JobSets exist."""
 SLURM_RETRY = 5.0
@@ -185,6 +202,9 @@ class Phase(enum.StrEnum):
 
     HELD = "held"
     UNSERVABLE = "unservable"
+    WAITING = "waiting"
+    """Held and not bridged: Slurm would not start it yet (dependency, begin time, an
+    administrator's hold, a give-back's retry time)."""
     QUEUED = "queued"
     ADMITTED = "admitted"
     RELEASING = "releasing"
@@ -244,6 +264,9 @@ class DeleteNodes(Action):
 
     kind: ClassVar[str] = "delete_nodes"
     names: tuple[str, ...]
+    down_already: tuple[str, ...] = ()
+    """Nodes the node source shows DOWN: never set DOWN again. On slurmctld 22.05.8 a second DOWN
+    of a node whose job is still completing on it crashed slurmctld (docs/slurm-stack-notes.md)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -271,6 +294,12 @@ class Hold(Action):
     unpin: tuple[str, ...] = ()
     """The job's own bridge node names when it is pinned to exactly them and its feature (the
     bridge's release, ``SlurmJob.is_pinned_to``): cleared with the hold. Empty for any other job."""
+    admin_comment: str | None = None
+    """The bridge's mark (``BridgeHold``), written with the hold; None: left as it is."""
+    comment: str | None = None
+    """The reason for the job's user, written with the hold; None: left as it is."""
+    event: str = ""
+    """The reason of a Warning Event on the JobSet once held (``reason`` is its note); "": none."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -309,7 +338,13 @@ class PinAndRelease(Action):
     nodes: tuple[str, ...]
     constraints: str
     begin_now: bool
-    """Set ``begin_time`` to now: a requeued job would otherwise wait ~2 min (reason BeginTime)."""
+    """Set ``begin_time`` to now: a requeued job would otherwise wait ~2 min (reason BeginTime).
+    Only over Slurm's own requeue delay, never over a begin time its user set."""
+    clear_comment: bool = False
+    """The job's comment is the bridge's (why it waited): cleared in the same call."""
+    clear_admin_comment: bool = False
+    """The admin comment is the bridge's mark: cleared, so that a later hold by an administrator is
+    not taken for the bridge's."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -331,6 +366,28 @@ class ClearComment(Action):
     kind: ClassVar[str] = "clear_comment"
     slurm_write: ClassVar[bool] = True
     needs_confirmation: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class WriteComment(Action):
+    """Say in the job's comment why it waits (only over an empty comment or the bridge's own)."""
+
+    kind: ClassVar[str] = "write_comment"
+    slurm_write: ClassVar[bool] = True
+    needs_confirmation: ClassVar[bool] = True
+    """The user may have written a comment of their own since the poll."""
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class MarkHeld(Action):
+    """Record in the admin comment that the bridge holds the job, before its JobSet goes: without a
+    JobSet, only the mark tells the bridge's hold from an administrator's."""
+
+    kind: ClassVar[str] = "mark_held"
+    slurm_write: ClassVar[bool] = True
+    poll_after: ClassVar[bool] = False
+    admin_comment: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -371,18 +428,29 @@ class PodsView:
     running: int = 0
     present: int = 0
     """Every pod in the cache, finished and terminating ones too (a terminating slurmd still runs)."""
+    lost: tuple[str, ...] = ()
+    """Pods that ended (Succeeded, Failed) or are being deleted, each as ``name: what``: a slurmd
+    that stops while its job lives is a lost node (slurmd exits 0 on SIGTERM, so Succeeded too)."""
+
+    @property
+    def ended(self) -> int:
+        return len(self.lost)
 
     @classmethod
     def of(cls, pods: Iterable[Mapping[str, Any]]) -> PodsView:
         active = running = present = 0
+        lost: list[str] = []
         for pod in pods:
             present += 1
+            metadata = pod.get("metadata") or {}
             phase = (pod.get("status") or {}).get("phase")
-            if "deletionTimestamp" in (pod.get("metadata") or {}) or phase in ("Succeeded", "Failed"):
+            if "deletionTimestamp" in metadata or phase in ("Succeeded", "Failed"):
+                what = "being deleted" if "deletionTimestamp" in metadata else str(phase)
+                lost.append(f"{metadata.get('name', '?')}: {what}")
                 continue
             active += 1
             running += phase == "Running"
-        return cls(active=active, running=running, present=present)
+        return cls(active=active, running=running, present=present, lost=tuple(sorted(lost)))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -404,6 +472,9 @@ class Observed:
     jobset_shape: str = ""
     """The job's shape recorded on the JobSet when it was made (``ANNOTATION_SHAPE``; "" on a JobSet
     of an older bridge), compared with the job's own now."""
+    jobset_marks_holds: bool = True
+    """The JobSet was made by a bridge that marks its holds (``ANNOTATION_HOLDS_MARKED``): an unmarked
+    admin hold of its job is an administrator's. False on an older bridge's JobSet."""
     workload: WorkloadView | None = None
     nodes: tuple[SlurmNode, ...] = ()
     """The dynamic nodes registered for this job (feature ``bridge-job-<id>`` or name ``b<id>-<i>``)."""
@@ -411,12 +482,20 @@ class Observed:
     bridged_jobs: int = 0
     """JobSets of this cluster that exist (for ``limits.maxBridgedJobs``)."""
     max_bridged_jobs: int | None = None
+    now: float = 0.0
+    """Wall-clock seconds (epoch): begin times and give-back retries are compared with it."""
+
+
+def _one_line(text: str) -> str:
+    """One printable ASCII line of at most the comment's length."""
+    return " ".join("".join(ch if ch.isprintable() and ch.isascii() else " " for ch in text).split())[
+        :_COMMENT_MAX
+    ]
 
 
 def unservable_comment(reason: str) -> str:
     """The comment the bridge writes on a job it cannot serve: one ASCII line."""
-    text = " ".join("".join(ch if ch.isprintable() and ch.isascii() else " " for ch in reason).split())
-    return (COMMENT_PREFIX + "held: " + text)[:_COMMENT_MAX]
+    return _one_line(COMMENT_PREFIX + "held: " + reason)
 
 
 def _node_names(o: Observed) -> tuple[str, ...]:
@@ -506,7 +585,8 @@ def _cleanup(
     recorded = o.jobset_nodes if _unseen_nodes_could_exist(o) else ()
     names = tuple(dict.fromkeys([*(n.name for n in o.nodes), *recorded]))
     if names:
-        actions.append(DeleteNodes(names=names))
+        down = tuple(n.name for n in o.nodes if n.state is NodeState.DOWN)
+        actions.append(DeleteNodes(names=names, down_already=down))
     if js is not None and o.has_finalizer:
         actions.append(RemoveFinalizer())
     if not actions:
@@ -516,181 +596,365 @@ def _cleanup(
     )
 
 
-def _unpin(names: tuple[str, ...], *, phase: Phase) -> Decision:
+def _unpin(o: Observed, names: tuple[str, ...], *, phase: Phase, mark: bool = True) -> Decision:
     """A held job still pinned to its own nodes (a requeue-hold keeps the pin) whose nodes are going
     or gone: clear the pin first (``Hold.unpin``; the release pins again). slurmctld fails a pending
     job pinned to deleted nodes at its next reconfigure (NODE_FAIL, held or not, 22.05 and 24.11),
-    and 24.11 refuses every update of such a job; so the pin goes before the nodes do."""
+    and 24.11 refuses every update of such a job; so the pin goes before the nodes do. The hold
+    carries the bridge's mark, as its JobSet may go next."""
+    job = o.job
+    admin_comment = _mark(job) if job is not None and mark else None
     return Decision(
-        actions=(Hold(reason="its pinned nodes are going away", unpin=names),),
+        actions=(Hold(reason="its pinned nodes are going away", unpin=names, admin_comment=admin_comment),),
         phase=phase,
         why="held and still pinned to its own nodes, which are going or gone: unpin first",
     )
 
 
+def _mark(job: SlurmJob) -> str | None:
+    """The admin comment that marks the bridge's hold, or None when the job carries it already."""
+    return None if BridgeHold.parse(job.admin_comment) is not None else BridgeHold().text()
+
+
+def _marked_first(o: Observed, decision: Decision) -> Decision:
+    """``decision`` removes the JobSet of a job that stays held. This bridge marks every admin hold it
+    makes, but an older bridge did not, and its JobSet (``jobset_marks_holds`` false) vouched for the
+    hold: the mark goes first, or without its JobSet the hold would look like an administrator's."""
+    job = o.job
+    if (
+        job is None
+        or job.held_by != "admin"
+        or BridgeHold.parse(job.admin_comment) is not None
+        or o.jobset is None
+        or o.jobset_marks_holds
+        or not decision.actions
+    ):
+        return decision
+    return replace(decision, actions=(MarkHeld(admin_comment=BridgeHold().text()), *decision.actions))
+
+
+def _polite_comment(job: SlurmJob, text: str) -> tuple[Action, ...]:
+    """Write ``text`` as the job's comment unless it is there already or the comment is its user's."""
+    if job.comment == text or (job.comment and not job.comment.startswith(COMMENT_PREFIX)):
+        return ()
+    return (WriteComment(text=text),)
+
+
+def waiting_comment(reason: str) -> str:
+    """The comment on a job the bridge does not bridge yet: one ASCII line."""
+    return _one_line(COMMENT_PREFIX + "waiting: " + reason)
+
+
 def decide(o: Observed) -> Decision:
     """The state table (docs/controller.md). Pure: same observation, same decision."""
-    job, js, wl = o.job, o.jobset, o.workload
-
+    job = o.job
     # Finished, cancelled, or purged from slurmctld: drain, delete the JobSet, delete the nodes.
     if job is None or job.is_finished:
         why = "the job vanished from slurmctld" if job is None else f"the job ended ({job.state})"
         # A job missing from the cache may just not be in it yet: confirmed on a fresh read first.
         return _cleanup(o, why=why, phase=None, confirm=job is None)
-
-    own = set(_node_names(o))
-    feature = _feature(o)
-    bridged_partition = _in_bridged_partition(job, o.partitions)
+    own = _node_names(o)
     # The bridge's own pin (its release): a hold clears it (Hold.unpin); a user's own -w stays.
-    own_pin = _node_names(o) if own and job.is_pinned_to(own, feature) else ()
-
-    # The JobSet is being deleted by someone while the job lives: take the capacity back first,
-    # then clean up; once it is gone, a held job gets a new one (below).
+    own_pin = own if own and job.is_pinned_to(set(own), _feature(o)) else ()
+    js = o.jobset
     if js is not None and js.deleting:
-        if job.is_running:
-            return Decision(
-                actions=(RequeueHold(reason="its JobSet is being deleted"),),
-                requeue_after=WAIT_FOR_SLURM,
-                phase=Phase.EVICTED,
-                why="JobSet deleted under a running job: requeue-hold",
-            )
-        if job.is_completing:
-            return Decision(requeue_after=WAIT_FOR_SLURM, phase=Phase.EVICTED, why="waiting for the requeue")
-        if not job.hold:
-            return Decision(
-                actions=(Hold(reason="its JobSet is being deleted", unpin=own_pin),),
-                phase=Phase.EVICTED,
-                why="JobSet deleted under a released job: hold",
-            )
-        if own_pin:
-            return _unpin(own_pin, phase=Phase.HELD)
-        # Confirmed: a cache a poll behind the bridge's own release still shows the job held, and
-        # deleting its nodes then would pull them from under a job Slurm is starting.
-        return _cleanup(
-            o, why="JobSet deleted while the job is held", delete_jobset=False, phase=Phase.HELD, confirm=True
-        )
-
+        return _decide_jobset_deleting(o, job, own_pin)
     if job.is_running:
-        if js is None:
-            if not bridged_partition:
-                return Decision(why="running outside bridged partitions, no JobSet: not ours")
-            return Decision(
-                actions=(RequeueHold(reason="running in a bridged partition without capacity from Kueue"),),
-                requeue_after=WAIT_FOR_SLURM,
-                phase=Phase.EVICTED,
-                why="job running in a bridged partition without a JobSet (guard): requeue-hold",
-            )
-        if job.nodes and not set(job.nodes) <= own:
-            return Decision(
-                actions=(RequeueHold(reason="running on nodes that are not its own"),),
-                requeue_after=WAIT_FOR_SLURM,
-                phase=Phase.EVICTED,
-                why="job running on other nodes than its own (guard): requeue-hold",
-            )
-        actions: tuple[Action, ...] = () if o.has_finalizer else (AddFinalizer(),)
-        if wl is None:
-            return Decision(actions=actions, phase=Phase.RUNNING, why="running; Workload not seen yet")
-        if wl.state is WorkloadState.ADMITTED and js.state is not JobSetState.FAILED:
-            return Decision(actions=actions, phase=Phase.RUNNING, why="running on its admitted nodes")
-        return Decision(
-            actions=(
-                *actions,
-                RequeueHold(reason=f"its Workload is {wl.state} ({wl.reason or 'no reason'})"),
-            ),
-            requeue_after=WAIT_FOR_SLURM,
-            phase=Phase.EVICTED,
-            why=f"Workload {wl.state} while the job runs: requeue-hold before Slurm requeues it",
-        )
-
+        return _decide_running(o, job, set(own))
     # Pending from here on (a requeue-hold passes through COMPLETING first).
     if job.is_completing:
         return Decision(requeue_after=WAIT_FOR_SLURM, phase=Phase.EVICTED, why="waiting for the requeue")
-
     if not job.hold:
-        released_by_bridge = (
-            js is not None
-            and wl is not None
-            and wl.state is WorkloadState.ADMITTED
-            and bool(own)
-            and job.is_pinned_to(own, feature)
-        )
-        if released_by_bridge:
-            return Decision(phase=Phase.RELEASING, why="released onto its nodes; Slurm starts it")
-        if js is None and not bridged_partition:
-            return Decision(why="pending outside bridged partitions, no JobSet: not ours")
-        return Decision(
-            actions=(
-                Hold(reason="pending unheld in a bridged partition without admitted capacity", unpin=own_pin),
-            ),
-            phase=Phase.HELD if js is None else Phase.EVICTED,
-            why="pending and not held, not released by the bridge (guard): hold",
-        )
-
+        return _decide_released(o, job, own_pin)
     # Held and pending.
     on_its_way_back = (
         js is not None
-        and wl is not None
-        and wl.state is WorkloadState.ADMITTED
+        and o.workload is not None
+        and o.workload.state is WorkloadState.ADMITTED
         and js.state not in (JobSetState.COMPLETED, JobSetState.FAILED)
     )
     if own_pin and not on_its_way_back:
-        return _unpin(own_pin, phase=Phase.HELD if js is None else Phase.EVICTED)
+        phase = Phase.HELD if js is None else Phase.EVICTED
+        return _unpin(o, own_pin, phase=phase, mark=not _held_by_a_person(o, job))
     if js is None:
-        if not bridged_partition:
-            return Decision(why="held outside bridged partitions, no JobSet: not ours")
-        t = o.translation
-        if not isinstance(t, Translation):
-            if t is None:
-                return Decision(phase=Phase.HELD, why="no translation")
-            comment = unservable_comment(t.reason)
-            if job.comment == comment:
-                return Decision(phase=Phase.UNSERVABLE, why=f"cannot be served ({t.code}); reason on the job")
-            return Decision(
-                actions=(ReportUnservable(code=str(t.code), reason=t.reason, comment=comment),),
-                phase=Phase.UNSERVABLE,
-                why=f"cannot be served ({t.code}): {t.reason}",
-            )
-        if o.max_bridged_jobs is not None and o.bridged_jobs >= o.max_bridged_jobs:
-            return Decision(
-                requeue_after=WAIT_FOR_SLOT,
-                phase=Phase.HELD,
-                why=f"{o.bridged_jobs} JobSets exist, the limit is {o.max_bridged_jobs}: waiting",
-            )
-        # Independent of one another, so at once; not confirmed unless a comment is cleared (the
-        # module docstring goes through every state the cached job may lag behind).
-        create: list[Action] = [CreateJobSet(manifest=t.manifest)]
-        if job.comment.startswith(COMMENT_PREFIX):
-            create.append(ClearComment())
-        if job.held_by == "user":
-            create.append(ConvertHold(reason="user hold turned into the bridge's admin hold"))
-        return Decision(
-            actions=tuple(create), concurrent=True, phase=Phase.QUEUED, why=f"creating JobSet {t.name}"
-        )
+        return _decide_unbridged(o, job)
+    return _decide_bridged(o, job)
 
+
+def _decide_jobset_deleting(o: Observed, job: SlurmJob, own_pin: tuple[str, ...]) -> Decision:
+    """The JobSet is being deleted by someone while the job lives: take the capacity back first,
+    then clean up; once it is gone, a held job gets a new one (``_decide_unbridged``)."""
+    if job.is_running:
+        return Decision(
+            actions=(RequeueHold(reason="its JobSet is being deleted"),),
+            requeue_after=WAIT_FOR_SLURM,
+            phase=Phase.EVICTED,
+            why="JobSet deleted under a running job: requeue-hold",
+        )
+    if job.is_completing:
+        return Decision(requeue_after=WAIT_FOR_SLURM, phase=Phase.EVICTED, why="waiting for the requeue")
+    if not job.hold:
+        return Decision(
+            actions=(Hold(reason="its JobSet is being deleted", unpin=own_pin, admin_comment=_mark(job)),),
+            phase=Phase.EVICTED,
+            why="JobSet deleted under a released job: hold",
+        )
+    if own_pin:
+        return _unpin(o, own_pin, phase=Phase.HELD)
+    # Confirmed: a cache a poll behind the bridge's own release still shows the job held, and
+    # deleting its nodes then would pull them from under a job Slurm is starting.
+    return _marked_first(
+        o,
+        _cleanup(
+            o, why="JobSet deleted while the job is held", delete_jobset=False, phase=Phase.HELD, confirm=True
+        ),
+    )
+
+
+def _lost_pods(o: Observed) -> tuple[str, ...]:
+    """The slurmd pods of an admitted, running JobSet that ended or are going: lost nodes. Not while
+    Kueue takes the capacity back (it suspends the JobSet first, and the Workload says so)."""
+    js, wl = o.jobset, o.workload
+    if js is None or js.suspended or wl is None or wl.state is not WorkloadState.ADMITTED:
+        return ()
+    return o.pods.lost
+
+
+def _lost_node_event(lost: tuple[str, ...]) -> str:
+    return f"lost {len(lost)} slurmd pod(s) ({'; '.join(lost[:4])}): the job goes back to the queue, held"
+
+
+def _decide_running(o: Observed, job: SlurmJob, own: set[str]) -> Decision:
+    js, wl = o.jobset, o.workload
+    if js is None:
+        if not _in_bridged_partition(job, o.partitions):
+            return Decision(why="running outside bridged partitions, no JobSet: not ours")
+        return Decision(
+            actions=(RequeueHold(reason="running in a bridged partition without capacity from Kueue"),),
+            requeue_after=WAIT_FOR_SLURM,
+            phase=Phase.EVICTED,
+            why="job running in a bridged partition without a JobSet (guard): requeue-hold",
+        )
+    if job.nodes and not set(job.nodes) <= own:
+        return Decision(
+            actions=(RequeueHold(reason="running on nodes that are not its own"),),
+            requeue_after=WAIT_FOR_SLURM,
+            phase=Phase.EVICTED,
+            why="job running on other nodes than its own (guard): requeue-hold",
+        )
+    lost = _lost_pods(o)
+    if lost:
+        # A lost node is a preemption: back to the queue held (not lost, not run on fewer nodes), and
+        # the JobSet goes, so that Kueue decides again on a new one (the JobSet's Job counts a slurmd
+        # stopped by SIGTERM as a success and would make no replacement).
+        return Decision(
+            actions=(RequeueHold(reason=_lost_node_event(lost)), DeleteJobSet()),
+            requeue_after=WAIT_FOR_SLURM,
+            phase=Phase.EVICTED,
+            why=f"running, but {_lost_node_event(lost)}",
+        )
+    actions: tuple[Action, ...] = () if o.has_finalizer else (AddFinalizer(),)
+    if wl is None:
+        return Decision(actions=actions, phase=Phase.RUNNING, why="running; Workload not seen yet")
+    if wl.state is WorkloadState.ADMITTED and js.state is not JobSetState.FAILED:
+        return Decision(actions=actions, phase=Phase.RUNNING, why="running on its admitted nodes")
+    return Decision(
+        actions=(*actions, RequeueHold(reason=f"its Workload is {wl.state} ({wl.reason or 'no reason'})")),
+        requeue_after=WAIT_FOR_SLURM,
+        phase=Phase.EVICTED,
+        why=f"Workload {wl.state} while the job runs: requeue-hold before Slurm requeues it",
+    )
+
+
+def _decide_released(o: Observed, job: SlurmJob, own_pin: tuple[str, ...]) -> Decision:
+    """Pending and not held: the bridge's own release (Slurm starts it), or the guard holds it."""
+    js, wl = o.jobset, o.workload
+    released_by_bridge = (
+        js is not None and wl is not None and wl.state is WorkloadState.ADMITTED and bool(own_pin)
+    )
+    if released_by_bridge:
+        lost = _lost_pods(o)
+        if lost:
+            return Decision(
+                actions=(
+                    Hold(
+                        reason=_lost_node_event(lost),
+                        unpin=own_pin,
+                        admin_comment=_mark(job),
+                        event="NodeLost",
+                    ),
+                    DeleteJobSet(),
+                ),
+                phase=Phase.EVICTED,
+                why=f"released, but {_lost_node_event(lost)}",
+            )
+        stuck = not_starting_reason(job)
+        if stuck is not None:
+            # The safety net: Slurm keeps the released job pending for a reason other than its turn
+            # (a limit, a reservation, a dependency it gained): the capacity goes back to Kueue, and
+            # the job is bridged again after RETRY_AFTER_GIVE_BACK (or once its reason is gone).
+            retry = int(o.now) + RETRY_AFTER_GIVE_BACK
+            text = waiting_comment(
+                f"Slurm did not start it on its nodes (Reason={_one_line(stuck)[:60]}); the bridge gave "
+                f"its capacity back and tries again after {when(retry)}"
+            )
+            comment = text if not job.comment or job.comment.startswith(COMMENT_PREFIX) else None
+            return Decision(
+                actions=(
+                    Hold(
+                        reason=f"Slurm keeps it pending (Reason={stuck})",
+                        unpin=own_pin,
+                        admin_comment=BridgeHold(retry_after=retry, reason=stuck).text(),
+                        comment=comment,
+                        event="GivenBack",
+                    ),
+                ),
+                phase=Phase.EVICTED,
+                why=f"released, but Slurm keeps it pending (Reason={stuck}): give the capacity back",
+            )
+        return Decision(phase=Phase.RELEASING, why="released onto its nodes; Slurm starts it")
+    if js is None and not _in_bridged_partition(job, o.partitions):
+        return Decision(why="pending outside bridged partitions, no JobSet: not ours")
+    return Decision(
+        actions=(
+            Hold(
+                reason="pending unheld in a bridged partition without admitted capacity",
+                unpin=own_pin,
+                admin_comment=_mark(job),
+            ),
+        ),
+        phase=Phase.HELD if js is None else Phase.EVICTED,
+        why="pending and not held, not released by the bridge (guard): hold",
+    )
+
+
+def _decide_unbridged(o: Observed, job: SlurmJob) -> Decision:
+    """Held, no JobSet: bridge it, unless it cannot be served or Slurm would not start it yet."""
+    if not _in_bridged_partition(job, o.partitions):
+        return Decision(why="held outside bridged partitions, no JobSet: not ours")
+    t = o.translation
+    if not isinstance(t, Translation):
+        if t is None:
+            return Decision(phase=Phase.HELD, why="no translation")
+        comment = unservable_comment(t.reason)
+        if job.comment == comment:
+            return Decision(phase=Phase.UNSERVABLE, why=f"cannot be served ({t.code}); reason on the job")
+        return Decision(
+            actions=(ReportUnservable(code=str(t.code), reason=t.reason, comment=comment),),
+            phase=Phase.UNSERVABLE,
+            why=f"cannot be served ({t.code}): {t.reason}",
+        )
+    waiting = _waiting_reason(o, job)
+    if waiting is not None:
+        reason, look_again = waiting
+        return Decision(
+            actions=_polite_comment(job, waiting_comment(reason)),
+            requeue_after=look_again,
+            phase=Phase.WAITING,
+            why=f"not bridged: {reason}",
+        )
+    if o.max_bridged_jobs is not None and o.bridged_jobs >= o.max_bridged_jobs:
+        return Decision(
+            requeue_after=WAIT_FOR_SLOT,
+            phase=Phase.HELD,
+            why=f"{o.bridged_jobs} JobSets exist, the limit is {o.max_bridged_jobs}: waiting",
+        )
+    # Independent of one another, so at once; not confirmed unless a comment is cleared (the module
+    # docstring goes through every state the cached job may lag behind). The user hold becomes the
+    # bridge's admin hold once the JobSet exists (_decide_bridged), never before: an admin hold
+    # without a JobSet and without the bridge's mark is an administrator's.
+    create: list[Action] = [CreateJobSet(manifest=t.manifest)]
+    if job.comment.startswith(COMMENT_PREFIX):
+        create.append(ClearComment())
+    return Decision(
+        actions=tuple(create), concurrent=True, phase=Phase.QUEUED, why=f"creating JobSet {t.name}"
+    )
+
+
+def _held_by_a_person(o: Observed, job: SlurmJob) -> bool:
+    """An administrator's hold, not the bridge's: an admin hold without the bridge's mark, unless a
+    JobSet of an older bridge (which made its holds unmarked) vouches for it."""
+    return is_a_persons_admin_hold(job) and (o.jobset is None or o.jobset_marks_holds)
+
+
+def _waiting_reason(o: Observed, job: SlurmJob) -> tuple[str, float | None] | None:
+    """Why a servable held job is not bridged now, and when to look again (None: on a change)."""
+    if _held_by_a_person(o, job):
+        return "held by an administrator; bridged once released", None
+    blocked = blocked_reason(job, now=o.now)
+    if blocked is not None:
+        begin = job.eligible_time.timestamp() if job.eligible_time is not None else 0.0
+        look_again = max(1.0, min(begin - o.now, WAIT_FOR_BEGIN)) if begin > o.now else None
+        return f"{blocked}; bridged once Slurm could start it", look_again
+    retry = retry_after_give_back(job, now=o.now)
+    if retry is not None:
+        record = BridgeHold.parse(job.admin_comment) or BridgeHold()
+        why = (
+            f"Slurm did not start it once released (Reason={record.reason or '?'}); "
+            f"bridged again after {when(retry)}"
+        )
+        return why, max(1.0, min(retry - o.now, WAIT_FOR_BEGIN))
+    return None
+
+
+def _decide_bridged(o: Observed, job: SlurmJob) -> Decision:
+    """Held, with its JobSet: Kueue decides; once admitted and the nodes are up, pin and release."""
+    js, wl = o.jobset, o.workload
+    assert js is not None
     pre: tuple[Action, ...] = () if o.has_finalizer else (AddFinalizer(),)
     if js.state in (JobSetState.COMPLETED, JobSetState.FAILED) or (
         wl is not None and wl.state is WorkloadState.FINISHED
     ):
-        return _cleanup(
-            o, why=f"the JobSet ended ({js.state}) before the job ran", phase=Phase.QUEUED, confirm=True
+        return _marked_first(
+            o,
+            _cleanup(
+                o, why=f"the JobSet ended ({js.state}) before the job ran", phase=Phase.QUEUED, confirm=True
+            ),
         )
     if _changed_since_jobset(o, job):
         # Row 16. Kueue would admit, and the release pin to, a shape the job no longer has (grown, it
         # would wait for nodes no pod registers; shrunk, run on nodes sized for another request):
-        # cleaned up like an ended JobSet, then row 14 makes the job's JobSet anew, or row 12 says why
-        # there is none. Only ever for a held job (a released or running one is decided above), and
+        # cleaned up like an ended JobSet, then the job's JobSet is made anew, or the reason why there
+        # is none written. Only ever for a held job (a released or running one is decided above), and
         # confirmed: the cache may be a poll behind the read the JobSet was made from, or behind the
         # bridge's own release. A job requeue-held before its user changed it is still pinned to the
         # JobSet's nodes, which the new shape's names no longer match (so not unpinned above): the
         # pin goes first, as before any removal of the nodes it names.
-        if o.jobset_nodes and job.is_pinned_to(set(o.jobset_nodes), feature):
-            return _unpin(o.jobset_nodes, phase=Phase.QUEUED)
-        return _cleanup(
-            o, why="the job was changed since its JobSet was made", phase=Phase.QUEUED, confirm=True
+        if o.jobset_nodes and job.is_pinned_to(set(o.jobset_nodes), _feature(o)):
+            return _unpin(o, o.jobset_nodes, phase=Phase.QUEUED)
+        return _marked_first(
+            o,
+            _cleanup(
+                o, why="the job was changed since its JobSet was made", phase=Phase.QUEUED, confirm=True
+            ),
+        )
+    if _held_by_a_person(o, job):
+        # An administrator held it (``scontrol hold``) after it was bridged: the bridge does not
+        # override that hold, so its capacity goes back to Kueue; it is bridged again once released.
+        if o.jobset_nodes and job.is_pinned_to(set(o.jobset_nodes), _feature(o)):
+            return _unpin(o, o.jobset_nodes, phase=Phase.WAITING, mark=False)
+        return _cleanup(o, why="held by an administrator", phase=Phase.WAITING, confirm=True)
+    waiting = _waiting_reason(o, job)
+    if waiting is not None:
+        # Bridged, but Slurm would not start it now (a dependency or begin time set since, or given
+        # back by the safety net): the capacity goes back to Kueue until that is over.
+        reason, _ = waiting
+        return _marked_first(
+            o, _cleanup(o, why=f"not startable ({reason})", phase=Phase.WAITING, confirm=True)
         )
     if wl is None or wl.state in (WorkloadState.PENDING, WorkloadState.QUOTA_RESERVED):
         state = "not made yet" if wl is None else wl.state
-        return Decision(actions=pre, phase=Phase.QUEUED, why=f"waiting for Kueue (Workload {state})")
+        convert: tuple[Action, ...] = ()
+        if job.held_by == "user":
+            # sbatch's user hold becomes the bridge's admin hold, which the job's user cannot release:
+            # best effort (row 11, the guard, still catches a user's release). Not in the later rows:
+            # a requeue-hold (also a user hold) is released again soon, or waits for Kueue here.
+            convert = (
+                ConvertHold(reason="user hold turned into the bridge's admin hold", admin_comment=_mark(job)),
+            )
+        return Decision(
+            actions=(*pre, *convert), phase=Phase.QUEUED, why=f"waiting for Kueue (Workload {state})"
+        )
     if wl.state in (WorkloadState.EVICTED, WorkloadState.PREEMPTED):
         # Stale nodes of the evicted pods go once the pods are gone; re-admission registers them anew.
         if o.nodes and o.pods.active == 0:
@@ -702,6 +966,15 @@ def decide(o: Observed) -> Decision:
             )
         return Decision(actions=pre, phase=Phase.EVICTED, why=f"Workload {wl.state}, job held: waiting")
     # Admitted.
+    lost = _lost_pods(o)
+    if lost:
+        # A slurmd pod that ended before the release will not come back (its Job counts it done):
+        # the JobSet goes, and Kueue decides again on a new one.
+        return Decision(
+            actions=(*pre, DeleteJobSet()),
+            phase=Phase.EVICTED,
+            why=f"admitted, but {_lost_node_event(lost)}",
+        )
     ready, detail = _nodes_ready(o)
     if not ready:
         return Decision(
@@ -713,7 +986,15 @@ def decide(o: Observed) -> Decision:
     return Decision(
         actions=(
             *pre,
-            PinAndRelease(nodes=_node_names(o), constraints=_constraints(o), begin_now=job.restart_count > 0),
+            PinAndRelease(
+                nodes=_node_names(o),
+                constraints=_constraints(o),
+                begin_now=begin_time_is_slurms_requeue_delay(job)
+                and job.eligible_time is not None
+                and job.eligible_time.timestamp() > o.now,
+                clear_comment=job.comment.startswith(COMMENT_PREFIX),
+                clear_admin_comment=BridgeHold.parse(job.admin_comment) is not None,
+            ),
         ),
         phase=Phase.RELEASING,
         why=f"admitted and {detail}: pin and release",
@@ -784,14 +1065,30 @@ class SlurmActions(Protocol):
 
     async def get_job(self, job_id: int) -> SlurmJob: ...
 
-    async def hold_job(self, job_id: int, *, unpin: Sequence[str] = ()) -> None: ...
+    async def hold_job(
+        self,
+        job_id: int,
+        *,
+        unpin: Sequence[str] = (),
+        comment: str | None = None,
+        admin_comment: str | None = None,
+    ) -> None: ...
+
+    async def set_admin_comment(self, job_id: int, admin_comment: str) -> None: ...
 
     async def requeue_hold(self, job_id: int) -> None: ...
 
     async def set_comment(self, job_id: int, comment: str) -> None: ...
 
     async def pin_and_release(
-        self, job_id: int, *, nodes: Sequence[str], constraints: str, begin_time: int | None = None
+        self,
+        job_id: int,
+        *,
+        nodes: Sequence[str],
+        constraints: str,
+        begin_time: int | None = None,
+        comment: str | None = None,
+        admin_comment: str | None = None,
     ) -> None: ...
 
     async def drain_node(self, name: str, *, reason: str) -> None: ...
@@ -819,6 +1116,106 @@ class JobSource(Protocol):
     def trigger(self) -> None: ...
 
 
+class SlurmObserver:
+    """Gathers the :class:`Observed` of one job from the caches: the reconciler's eyes, and
+    ``explain``'s, so that the two can never disagree on what they see."""
+
+    def __init__(
+        self,
+        *,
+        config: MixingConfig,
+        jobsets: Store,
+        workloads: Store,
+        pods: Store,
+        nodes: Store,
+        options: TranslationOptions = DEFAULT_OPTIONS,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._config = config
+        self.jobsets = jobsets
+        self.workloads = workloads
+        self.pods = pods
+        self.nodes = nodes
+        self._options = options
+        self._wall_clock = wall_clock
+
+    @classmethod
+    def with_empty_stores(cls, *, config: MixingConfig) -> SlurmObserver:
+        """An observer over empty stores with the indexes :meth:`observe` reads, for a caller that
+        fills them itself (``explain``): ``observer.jobsets.put(...)``."""
+        return cls(
+            config=config,
+            jobsets=Store(indexers={INDEX_JOB: jobset_job_keys}),
+            workloads=Store(indexers={INDEX_JOB_UID: workload_uid_keys}),
+            pods=Store(indexers={INDEX_JOB: pod_job_keys}),
+            nodes=Store(indexers={INDEX_JOB: node_job_keys}),
+        )
+
+    def cluster(self) -> str:
+        spec = self._config.spec
+        return spec.slurm.cluster_name if spec is not None and spec.slurm is not None else ""
+
+    def _jobset_of(self, key: str) -> Object | None:
+        found = self.jobsets.by_index(INDEX_JOB, key)
+        if not found:
+            return None
+        return min(found, key=lambda o: ("deletionTimestamp" in o["metadata"], o["metadata"].get("name", "")))
+
+    def observe(self, job_id: int, job: SlurmJob | None) -> tuple[Observed, Object | None]:
+        """The observation for one job (``job`` as read from the source or fresh from Slurm)."""
+        spec = self._config.spec
+        slurm = spec.slurm if spec is not None else None
+        cluster = self.cluster()
+        key = job_key(cluster, job_id)
+        translation: Translation | Untranslatable | None = None
+        if job is not None and spec is not None and not job.is_finished:
+            translation = translate(job, spec, options=self._options)
+        raw_js = self._jobset_of(key)
+        view = describe_jobset(raw_js) if raw_js is not None else None
+        workload = None
+        jobset_nodes: tuple[str, ...] = ()
+        feature = shape = ""
+        marks_holds = True
+        if raw_js is not None and view is not None:
+            if view.uid:
+                raw_wl = select_workload(
+                    self.workloads.by_index(INDEX_JOB_UID, view.uid), jobset_uid=view.uid
+                )
+                workload = describe_workload(raw_wl) if raw_wl is not None else None
+            annotations = raw_js["metadata"].get("annotations") or {}
+            jobset_nodes = tuple(n for n in str(annotations.get(ANNOTATION_NODES, "")).split(",") if n)
+            feature = str(annotations.get(ANNOTATION_FEATURE, ""))
+            shape = str(annotations.get(ANNOTATION_SHAPE, ""))
+            marks_holds = ANNOTATION_HOLDS_MARKED in annotations
+        observed = Observed(
+            job_id=job_id,
+            job=job,
+            partitions=frozenset(slurm.partitions) if slurm is not None else frozenset(),
+            translation=translation,
+            jobset=view,
+            has_finalizer=raw_js is not None and has_finalizer(raw_js, FINALIZER),
+            jobset_nodes=jobset_nodes,
+            jobset_feature=feature,
+            jobset_shape=shape,
+            jobset_marks_holds=marks_holds,
+            workload=workload,
+            nodes=tuple(
+                sorted((node_of(o) for o in self.nodes.by_index(INDEX_JOB, str(job_id))), key=_by_name)
+            ),
+            pods=PodsView.of(self.pods.by_index(INDEX_JOB, key)),
+            bridged_jobs=self._bridged_jobs(cluster)
+            if slurm is not None and slurm.limits.max_bridged_jobs
+            else 0,
+            max_bridged_jobs=slurm.limits.max_bridged_jobs if slurm is not None else None,
+            now=self._wall_clock(),
+        )
+        return observed, raw_js
+
+    def _bridged_jobs(self, cluster: str) -> int:
+        """JobSets of this Slurm cluster (the informer may hold other clusters' too)."""
+        return sum(1 for key in self.jobsets.index_values(INDEX_JOB) if key.startswith(f"{cluster}/"))
+
+
 class SlurmReconciler:
     """Gathers an :class:`Observed` for a ``<cluster>/<job id>`` request, decides, executes."""
 
@@ -844,14 +1241,18 @@ class SlurmReconciler:
         self._slurm = slurm
         self._config = config
         self._jobs = jobs
-        self._jobsets = jobsets
-        self._workloads = workloads
-        self._pods = pods
-        self._nodes = nodes
+        self.observer = SlurmObserver(
+            config=config,
+            jobsets=jobsets,
+            workloads=workloads,
+            pods=pods,
+            nodes=nodes,
+            options=options,
+            wall_clock=wall_clock,
+        )
         self._metrics = metrics
         self._recorder = recorder
         self._on_phases = on_phases
-        self._options = options
         self._wall_clock = wall_clock
         self._clock = clock
         self.phases: dict[str, Phase] = {}
@@ -880,58 +1281,10 @@ class SlurmReconciler:
     # --- observe ----------------------------------------------------------------------------------
 
     def cluster(self) -> str:
-        spec = self._config.spec
-        return spec.slurm.cluster_name if spec is not None and spec.slurm is not None else ""
-
-    def _jobset_of(self, key: str) -> Object | None:
-        found = self._jobsets.by_index(INDEX_JOB, key)
-        if not found:
-            return None
-        return min(found, key=lambda o: ("deletionTimestamp" in o["metadata"], o["metadata"].get("name", "")))
+        return self.observer.cluster()
 
     def observe(self, job_id: int, job: SlurmJob | None) -> tuple[Observed, Object | None]:
-        """The observation for one job (``job`` as read from the source or fresh from Slurm)."""
-        spec = self._config.spec
-        slurm = spec.slurm if spec is not None else None
-        cluster = self.cluster()
-        key = job_key(cluster, job_id)
-        translation: Translation | Untranslatable | None = None
-        if job is not None and spec is not None and not job.is_finished:
-            translation = translate(job, spec, options=self._options)
-        raw_js = self._jobset_of(key)
-        view = describe_jobset(raw_js) if raw_js is not None else None
-        workload = None
-        jobset_nodes: tuple[str, ...] = ()
-        feature = shape = ""
-        if raw_js is not None and view is not None:
-            if view.uid:
-                raw_wl = select_workload(
-                    self._workloads.by_index(INDEX_JOB_UID, view.uid), jobset_uid=view.uid
-                )
-                workload = describe_workload(raw_wl) if raw_wl is not None else None
-            annotations = raw_js["metadata"].get("annotations") or {}
-            jobset_nodes = tuple(n for n in str(annotations.get(ANNOTATION_NODES, "")).split(",") if n)
-            feature = str(annotations.get(ANNOTATION_FEATURE, ""))
-            shape = str(annotations.get(ANNOTATION_SHAPE, ""))
-        observed = Observed(
-            job_id=job_id,
-            job=job,
-            partitions=frozenset(slurm.partitions) if slurm is not None else frozenset(),
-            translation=translation,
-            jobset=view,
-            has_finalizer=raw_js is not None and has_finalizer(raw_js, FINALIZER),
-            jobset_nodes=jobset_nodes,
-            jobset_feature=feature,
-            jobset_shape=shape,
-            workload=workload,
-            nodes=tuple(
-                sorted((node_of(o) for o in self._nodes.by_index(INDEX_JOB, str(job_id))), key=_by_name)
-            ),
-            pods=PodsView.of(self._pods.by_index(INDEX_JOB, key)),
-            bridged_jobs=len(self._jobsets.index_values(INDEX_JOB)),
-            max_bridged_jobs=slurm.limits.max_bridged_jobs if slurm is not None else None,
-        )
-        return observed, raw_js
+        return self.observer.observe(job_id, job)
 
     async def _fresh_job(self, job_id: int) -> SlurmJob | None:
         try:
@@ -1049,85 +1402,138 @@ class SlurmReconciler:
             self._jobs.trigger()  # see the effect at the next poll, now
 
     async def _run(self, o: Observed, raw_js: Object | None, action: Action) -> None:
-        job_id = o.job_id
-        client = self._client
-        if isinstance(action, CreateJobSet):
-            try:
-                await client.create(dict(action.manifest), field_manager=FIELD_MANAGER)
-            except AlreadyExists:
-                log.debug("JobSet already exists", job_id=job_id)
-        elif isinstance(action, AddFinalizer):
-            if raw_js is not None:
-                await add_finalizer(client, raw_js, FINALIZER, field_manager=FIELD_MANAGER)
-        elif isinstance(action, RemoveFinalizer):
-            if raw_js is not None:
-                meta = raw_js["metadata"]
-                try:
-                    # Read again: a delete of the JobSet just now changed its resourceVersion.
-                    fresh = await client.get(
-                        JOBSET_API_VERSION, JOBSET_KIND, meta["name"], namespace=meta.get("namespace")
-                    )
-                    await remove_finalizer(client, fresh, FINALIZER, field_manager=FIELD_MANAGER)
-                except NotFound:
-                    pass
-        elif isinstance(action, DeleteJobSet):
-            if raw_js is not None:
-                meta = raw_js["metadata"]
-                await client.delete(
-                    JOBSET_API_VERSION,
-                    JOBSET_KIND,
-                    meta["name"],
-                    namespace=meta.get("namespace"),
-                    propagation_policy="Foreground",
-                    missing_ok=True,
-                )
-        elif isinstance(action, DrainNodes):
-            for name in action.names:
-                with contextlib.suppress(InvalidNodeName):
-                    await self._slurm.drain_node(name, reason=action.reason)
-        elif isinstance(action, DeleteNodes):
-            for name in action.names:
-                with contextlib.suppress(InvalidNodeName):
-                    await self._slurm.delete_node(name, reason=f"k8s-bridge: job {job_id} done")
-        elif isinstance(action, Hold):
-            try:
-                await self._slurm.hold_job(job_id, unpin=action.unpin)
-            except (InvalidJobId, JobAlreadyDone):
-                log.info("job ended before it could be held", job_id=job_id)
-            except SlurmAPIError as exc:
-                if not action.best_effort:
-                    raise
-                log.warning(
-                    "Slurm refused the hold; the job stays held as it is", job_id=job_id, error=str(exc)
-                )
-        elif isinstance(action, RequeueHold):
-            try:
-                await self._slurm.requeue_hold(job_id)
-            except (InvalidJobId, JobAlreadyDone):
-                log.info("job ended before it could be requeued", job_id=job_id)
-            if raw_js is not None:
-                await self._event(raw_js, "Warning", "RequeueHeld", f"Slurm job {job_id}: {action.reason}")
-        elif isinstance(action, PinAndRelease):
-            begin = int(self._wall_clock()) if action.begin_now else None
-            try:
-                await self._slurm.pin_and_release(
-                    job_id, nodes=action.nodes, constraints=action.constraints, begin_time=begin
-                )
-            except (InvalidNodeName, InvalidFeature) as exc:
-                # The node source saw nodes slurmctld has just lost: look again soon.
-                raise SlurmAPIError(f"pinning job {job_id}: {exc}") from exc
-            if raw_js is not None:
-                note = f"Slurm job {job_id} pinned to {','.join(action.nodes)} and released"
-                await self._event(raw_js, "Normal", "Released", note)
-        elif isinstance(action, ReportUnservable):
-            await self._slurm.set_comment(job_id, action.comment)
-            mixing = self._config.object
-            if mixing is not None:
-                await self._event(mixing, "Warning", action.code, f"Slurm job {job_id}: {action.reason}")
-        elif isinstance(action, ClearComment):
-            await self._slurm.set_comment(job_id, "")
-        else:  # pragma: no cover - every action class is handled above
+        handler = self._handlers.get(type(action))
+        if handler is None:  # pragma: no cover - every action class has a handler
             raise TypeError(f"unknown action {action!r}")
+        await handler(o, raw_js, action)
+
+    @property
+    def _handlers(self) -> Mapping[type[Action], Callable[[Observed, Object | None, Any], Awaitable[None]]]:
+        return {
+            CreateJobSet: self._create_jobset,
+            AddFinalizer: self._add_finalizer,
+            RemoveFinalizer: self._remove_finalizer,
+            DeleteJobSet: self._delete_jobset,
+            DrainNodes: self._drain_nodes,
+            DeleteNodes: self._delete_nodes,
+            Hold: self._hold,
+            ConvertHold: self._hold,
+            RequeueHold: self._requeue_hold,
+            PinAndRelease: self._pin_and_release,
+            ReportUnservable: self._report_unservable,
+            ClearComment: self._clear_comment,
+            WriteComment: self._write_comment,
+            MarkHeld: self._mark_held,
+        }
+
+    async def _create_jobset(self, o: Observed, raw_js: Object | None, action: CreateJobSet) -> None:
+        try:
+            await self._client.create(dict(action.manifest), field_manager=FIELD_MANAGER)
+        except AlreadyExists:
+            log.debug("JobSet already exists", job_id=o.job_id)
+
+    async def _add_finalizer(self, o: Observed, raw_js: Object | None, action: AddFinalizer) -> None:
+        if raw_js is not None:
+            await add_finalizer(self._client, raw_js, FINALIZER, field_manager=FIELD_MANAGER)
+
+    async def _remove_finalizer(self, o: Observed, raw_js: Object | None, action: RemoveFinalizer) -> None:
+        if raw_js is None:
+            return
+        meta = raw_js["metadata"]
+        try:
+            # Read again: a delete of the JobSet just now changed its resourceVersion.
+            fresh = await self._client.get(
+                JOBSET_API_VERSION, JOBSET_KIND, meta["name"], namespace=meta.get("namespace")
+            )
+            await remove_finalizer(self._client, fresh, FINALIZER, field_manager=FIELD_MANAGER)
+        except NotFound:
+            pass
+
+    async def _delete_jobset(self, o: Observed, raw_js: Object | None, action: DeleteJobSet) -> None:
+        if raw_js is None:
+            return
+        meta = raw_js["metadata"]
+        await self._client.delete(
+            JOBSET_API_VERSION,
+            JOBSET_KIND,
+            meta["name"],
+            namespace=meta.get("namespace"),
+            propagation_policy="Foreground",
+            missing_ok=True,
+        )
+
+    async def _drain_nodes(self, o: Observed, raw_js: Object | None, action: DrainNodes) -> None:
+        for name in action.names:
+            with contextlib.suppress(InvalidNodeName):
+                await self._slurm.drain_node(name, reason=action.reason)
+
+    async def _delete_nodes(self, o: Observed, raw_js: Object | None, action: DeleteNodes) -> None:
+        for name in action.names:
+            with contextlib.suppress(InvalidNodeName):
+                await self._slurm.delete_node(
+                    name,
+                    down_if_busy=name not in action.down_already,
+                    reason=f"k8s-bridge: job {o.job_id} done",
+                )
+
+    async def _hold(self, o: Observed, raw_js: Object | None, action: Hold) -> None:
+        try:
+            await self._slurm.hold_job(
+                o.job_id, unpin=action.unpin, comment=action.comment, admin_comment=action.admin_comment
+            )
+        except (InvalidJobId, JobAlreadyDone):
+            log.info("job ended before it could be held", job_id=o.job_id)
+            return
+        except SlurmAPIError as exc:
+            if not action.best_effort:
+                raise
+            log.warning(
+                "Slurm refused the hold; the job stays held as it is", job_id=o.job_id, error=str(exc)
+            )
+            return
+        if action.event and raw_js is not None:
+            await self._event(raw_js, "Warning", action.event, f"Slurm job {o.job_id}: {action.reason}")
+
+    async def _requeue_hold(self, o: Observed, raw_js: Object | None, action: RequeueHold) -> None:
+        try:
+            await self._slurm.requeue_hold(o.job_id)
+        except (InvalidJobId, JobAlreadyDone):
+            log.info("job ended before it could be requeued", job_id=o.job_id)
+        if raw_js is not None:
+            await self._event(raw_js, "Warning", "RequeueHeld", f"Slurm job {o.job_id}: {action.reason}")
+
+    async def _pin_and_release(self, o: Observed, raw_js: Object | None, action: PinAndRelease) -> None:
+        begin = int(self._wall_clock()) if action.begin_now else None
+        try:
+            await self._slurm.pin_and_release(
+                o.job_id,
+                nodes=action.nodes,
+                constraints=action.constraints,
+                begin_time=begin,
+                comment="" if action.clear_comment else None,
+                admin_comment="" if action.clear_admin_comment else None,
+            )
+        except (InvalidNodeName, InvalidFeature) as exc:
+            # The node source saw nodes slurmctld has just lost: look again soon.
+            raise SlurmAPIError(f"pinning job {o.job_id}: {exc}") from exc
+        if raw_js is not None:
+            note = f"Slurm job {o.job_id} pinned to {','.join(action.nodes)} and released"
+            await self._event(raw_js, "Normal", "Released", note)
+
+    async def _report_unservable(self, o: Observed, raw_js: Object | None, action: ReportUnservable) -> None:
+        await self._slurm.set_comment(o.job_id, action.comment)
+        mixing = self._config.object
+        if mixing is not None:
+            await self._event(mixing, "Warning", action.code, f"Slurm job {o.job_id}: {action.reason}")
+
+    async def _clear_comment(self, o: Observed, raw_js: Object | None, action: ClearComment) -> None:
+        await self._slurm.set_comment(o.job_id, "")
+
+    async def _write_comment(self, o: Observed, raw_js: Object | None, action: WriteComment) -> None:
+        await self._slurm.set_comment(o.job_id, action.text)
+
+    async def _mark_held(self, o: Observed, raw_js: Object | None, action: MarkHeld) -> None:
+        await self._slurm.set_admin_comment(o.job_id, action.admin_comment)
 
     async def _event(self, regarding: Object, type_: str, reason: str, note: str) -> None:
         if self._recorder is None:

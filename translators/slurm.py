@@ -55,6 +55,7 @@ from bridge.api.slurm_job import Gres, SlurmJob
 __all__ = [
     "ANNOTATION_ACCOUNT",
     "ANNOTATION_FEATURE",
+    "ANNOTATION_HOLDS_MARKED",
     "ANNOTATION_JOB_NAME",
     "ANNOTATION_NODES",
     "ANNOTATION_SHAPE",
@@ -106,6 +107,10 @@ ANNOTATION_FEATURE: Final = _PREFIX + "slurm-feature"
 #: The job's :func:`shape_fingerprint` when its JobSet was made: the reconciler replaces a held job's
 #: JobSet whose value differs from the job's current one (the user changed the job since).
 ANNOTATION_SHAPE: Final = _PREFIX + "slurm-job-shape"
+#: Present on the JobSets of a bridge that marks its holds of the job in its admin comment: an admin
+#: hold without that mark is then an administrator's. A JobSet without it (an older bridge) vouches for
+#: its job's unmarked admin hold as the bridge's own.
+ANNOTATION_HOLDS_MARKED: Final = _PREFIX + "slurm-holds-marked"
 #: Starts every :func:`shape_fingerprint`; a new definition of the fingerprint gets a new prefix, and
 #: a recorded value with another prefix (or none) is never compared, so that a bridge upgrade does
 #: not replace every queued JobSet.
@@ -810,6 +815,7 @@ def _manifest(
         ANNOTATION_FEATURE: feature,
         ANNOTATION_NODES: ",".join(names),
         ANNOTATION_SHAPE: shape,
+        ANNOTATION_HOLDS_MARKED: "true",
     }
     pod_annotations = dict(shared.annotations)
     if topology is not None:

@@ -128,7 +128,12 @@ class SlurmJob(BaseModel):
     hold: bool = False
     priority: int | None = None
     comment: str = ""
+    admin_comment: str = Field(default="", description="settable by administrators (and SlurmUser) only")
     restart_count: int = 0
+    dependency: str = Field(
+        default="", description="the dependencies not yet satisfied, as Slurm shows them (fulfilled ones go)"
+    )
+    reservation: str = ""
 
     # size
     node_count: int | None = Field(default=None, description="minimum node count")
@@ -171,6 +176,10 @@ class SlurmJob(BaseModel):
 
     # times
     submit_time: datetime | None = None
+    """For a requeued job: the moment of the requeue (Slurm resets it)."""
+    eligible_time: datetime | None = Field(
+        default=None, description="the earliest start (--begin), or the requeue delay Slurm sets"
+    )
     start_time: datetime | None = None
     end_time: datetime | None = None
 

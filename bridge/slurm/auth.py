@@ -15,6 +15,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from .errors import SlurmAuthError
+
 __all__ = ["CallableToken", "FileToken", "JwtAuth", "StaticToken", "TokenSource"]
 
 _PREFIX = "SLURM_JWT="
@@ -56,11 +58,16 @@ class FileToken:
         self._token = ""
 
     async def get(self) -> str:
-        st = self.path.stat()
-        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
-        if stamp != self._stamp:
-            self._token = _clean(self.path.read_text(encoding="utf-8"))
-            self._stamp = stamp
+        try:
+            st = self.path.stat()
+            stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+            if stamp != self._stamp:
+                self._token = _clean(self.path.read_text(encoding="utf-8"))
+                self._stamp = stamp
+        except OSError as exc:
+            raise SlurmAuthError(
+                f"cannot read the token file {str(self.path)!r}: {exc.strerror or exc}"
+            ) from None
         return self._token
 
     def __repr__(self) -> str:

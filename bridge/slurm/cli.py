@@ -42,9 +42,13 @@ def _job(job_id: int | str) -> str:
     return text
 
 
-def _reason(reason: str) -> str:
+def _one_line(text: str) -> str:
     # one argv element; scontrol would stop at nothing, but keep logs and `sinfo -R` single-line
-    return " ".join("".join(ch if ch.isprintable() else " " for ch in reason).split())[:256] or "k8s-bridge"
+    return " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())[:256]
+
+
+def _reason(reason: str) -> str:
+    return _one_line(reason) or "k8s-bridge"
 
 
 class ScontrolCli:
@@ -113,6 +117,10 @@ class ScontrolCli:
 
     async def release(self, job_id: int | str) -> None:
         await self.run("release", _job(job_id))
+
+    async def set_admin_comment(self, job_id: int | str, text: str) -> None:
+        """Write the job's admin comment (v0.0.38 cannot over REST). One argv element, one line."""
+        await self.run("update", f"JobId={_job(job_id)}", f"AdminComment={_one_line(text)}")
 
     async def set_node_state(self, name: str, state: str, *, reason: str | None = None) -> None:
         state = state.upper()

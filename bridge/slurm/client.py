@@ -42,6 +42,7 @@ from .errors import (
     InvalidNodeName,
     NodesBusy,
     NotModified,
+    PartitionConfigUnavailable,
     SlurmAPIError,
     SlurmAuthError,
     SlurmError,
@@ -331,36 +332,86 @@ class SlurmClient:
         hold: bool | None = None,
         begin_time: int | None = None,
         comment: str | None = None,
+        admin_comment: str | None = None,
     ) -> None:
-        """One POST with the given fields, in this version's shape."""
+        """One POST with the given fields, in this version's shape.
+
+        ``admin_comment`` rides in the same body where the version takes it (v0.0.40+); v0.0.38 has
+        no such field, so it is written by ``scontrol update`` after the POST (or alone). An answer
+        of 2015 alone (the job does not fit its partition now) means the update was applied: it is
+        not an error here (``PartitionConfigUnavailable``).
+        """
         adapter = await self.adapter()
+        in_body = admin_comment if adapter.can_set_admin_comment else None
         body = adapter.job_update_body(
             required_nodes=required_nodes,
             constraints=constraints,
             hold=hold,
             begin_time=begin_time,
             comment=comment,
+            admin_comment=in_body,
         )
-        if not body:
+        by_scontrol = admin_comment if admin_comment is not None and in_body is None else None
+        if not body and by_scontrol is None:
             raise ValueError("update_job needs at least one field")
-        await self._call("update_job", params={"job_id": job_id}, body=body)
+        # By scontrol, a mark is written before the update and a clear after it: whatever fails in
+        # between, an admin hold of the bridge's never lacks its mark (which would make it look like
+        # an administrator's).
+        if by_scontrol:
+            await self._set_admin_comment_by_scontrol(job_id, by_scontrol)
+        if body:
+            try:
+                await self._call("update_job", params={"job_id": job_id}, body=body)
+            except PartitionConfigUnavailable as landed:
+                log.debug("job %s updated; Slurm adds: %s", job_id, landed.description)
+        if by_scontrol == "":
+            await self._set_admin_comment_by_scontrol(job_id, by_scontrol)
+
+    async def _set_admin_comment_by_scontrol(self, job_id: int, text: str) -> None:
+        if self.scontrol is None:
+            adapter = await self.adapter()
+            raise SlurmUnsupported(
+                f"REST {adapter.version} cannot set an admin comment; configure ScontrolCli"
+            )
+        await self.scontrol.set_admin_comment(job_id, text)
 
     async def pin_and_release(
-        self, job_id: int, *, nodes: Sequence[str], constraints: str, begin_time: int | None = None
+        self,
+        job_id: int,
+        *,
+        nodes: Sequence[str],
+        constraints: str,
+        begin_time: int | None = None,
+        comment: str | None = None,
+        admin_comment: str | None = None,
     ) -> None:
         """Pin to exactly ``nodes`` and the job's feature, and release, in one call.
 
         Pass ``begin_time`` (now) when releasing a job that was requeue-held, or it waits about two
-        minutes with reason BeginTime. Raises InvalidNodeName/InvalidFeature if the nodes are not
-        all registered yet.
+        minutes with reason BeginTime. ``comment``/``admin_comment`` (usually "" to clear the
+        bridge's own) go with it. Raises InvalidNodeName/InvalidFeature if the nodes are not all
+        registered yet.
         """
         if not nodes:
             raise ValueError("pin_and_release needs the node names")
         await self.update_job(
-            job_id, required_nodes=nodes, constraints=constraints, hold=False, begin_time=begin_time
+            job_id,
+            required_nodes=nodes,
+            constraints=constraints,
+            hold=False,
+            begin_time=begin_time,
+            comment=comment,
+            admin_comment=admin_comment,
         )
 
-    async def hold_job(self, job_id: int, *, unpin: Sequence[str] = ()) -> None:
+    async def hold_job(
+        self,
+        job_id: int,
+        *,
+        unpin: Sequence[str] = (),
+        comment: str | None = None,
+        admin_comment: str | None = None,
+    ) -> None:
         """Hold a pending job (an admin hold when the token is SlurmUser's).
 
         ``unpin``: the bridge's own node names the job is pinned to (its release). The same update
@@ -370,16 +421,26 @@ class SlurmClient:
         22.05 applies the hold over such a list (both verified on the local stack). So on 2018, with
         ``unpin`` and scontrol, each of those names slurmctld does not know is created as a FUTURE
         node, the update is sent again, and the placeholders are deleted whatever the outcome.
+        ``comment`` and ``admin_comment`` (the bridge's mark on its holds) go with the hold.
         """
+        fields: dict[str, Any] = {"comment": comment, "admin_comment": admin_comment}
         try:
-            await self.update_job(job_id, hold=True, required_nodes=() if unpin else None)
+            await self.update_job(job_id, hold=True, required_nodes=() if unpin else None, **fields)
         except InvalidNodeName as refused:
             if not unpin or self.scontrol is None:
                 raise
-            await self._hold_through_placeholders(job_id, unpin, refused, scontrol=self.scontrol)
+            await self._hold_through_placeholders(
+                job_id, unpin, refused, scontrol=self.scontrol, fields=fields
+            )
 
     async def _hold_through_placeholders(
-        self, job_id: int, names: Sequence[str], refused: InvalidNodeName, *, scontrol: ScontrolCli
+        self,
+        job_id: int,
+        names: Sequence[str],
+        refused: InvalidNodeName,
+        *,
+        scontrol: ScontrolCli,
+        fields: Mapping[str, Any],
     ) -> None:
         """Hold and unpin a job pinned to deleted nodes (24.11): FUTURE nodes stand in for the missing
         names during the update. Only names slurmctld does not know are created (a create of a known
@@ -397,7 +458,7 @@ class SlurmClient:
             for name in missing:
                 await scontrol.create_future_node(name)
                 created.append(name)
-            await self.update_job(job_id, hold=True, required_nodes=())
+            await self.update_job(job_id, hold=True, required_nodes=(), **fields)
         finally:
             for name in created:
                 try:
@@ -428,6 +489,10 @@ class SlurmClient:
     async def set_comment(self, job_id: int, comment: str) -> None:
         """Write ``comment`` on the job: where the user reads why the bridge keeps it held."""
         await self.update_job(job_id, comment=comment)
+
+    async def set_admin_comment(self, job_id: int, admin_comment: str) -> None:
+        """Write the job's admin comment, which only administrators can (the bridge marks its holds)."""
+        await self.update_job(job_id, admin_comment=admin_comment)
 
     async def requeue_hold(self, job_id: int) -> None:
         """Requeue a running job and keep it held (REST from v0.0.45, else ``scontrol requeuehold``)."""

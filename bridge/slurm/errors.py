@@ -15,6 +15,7 @@ so a reconciler can write ``except NodesBusy`` instead of parsing strings.
     ├── ScontrolError               the scontrol fallback failed (exit status, stderr)
     └── SlurmAPIError               an entry of ``errors[]`` (or an scontrol message we recognise)
         ├── AccessDenied            2002
+        ├── PartitionConfigUnavailable 2015 (on a job update: applied, but the job does not fit now)
         ├── NodesBusy               2016 (delete of a busy node: set it DOWN first)
         ├── InvalidJobId            2017
         ├── InvalidNodeName         2018
@@ -42,6 +43,7 @@ __all__ = [
     "JobHeld",
     "NodesBusy",
     "NotModified",
+    "PartitionConfigUnavailable",
     "ScontrolError",
     "SlurmAPIError",
     "SlurmAuthError",
@@ -132,6 +134,13 @@ class AccessDenied(SlurmAPIError):
     """2002: the token's user may not do this (e.g. release an admin hold as a plain user)."""
 
 
+class PartitionConfigUnavailable(SlurmAPIError):
+    """2015: the job does not fit its partition now (e.g. the bridge partition before its nodes exist).
+
+    On a job update slurmctld answers it from ``job_limits_check`` after every field of the update
+    has been applied (``_update_job`` in job_mgr.c, 22.05 and 24.11): the update landed."""
+
+
 class NodesBusy(SlurmAPIError):
     """2016: the node runs (or is completing) a job; set it DOWN before deleting it."""
 
@@ -160,6 +169,7 @@ _BY_NUMBER: dict[int, type[SlurmError]] = {
     1007: SlurmAuthError,
     9008: SlurmAuthError,
     2002: AccessDenied,
+    2015: PartitionConfigUnavailable,
     2016: NodesBusy,
     2017: InvalidJobId,
     2018: InvalidNodeName,
@@ -174,6 +184,7 @@ _BY_NUMBER: dict[int, type[SlurmError]] = {
 _BY_TEXT: dict[str, int] = {
     "protocol authentication error": 1007,
     "access/permission denied": 2002,
+    "requested partition configuration not available now": 2015,
     "requested nodes are busy": 2016,
     "invalid job id specified": 2017,
     "invalid node name specified": 2018,

@@ -30,7 +30,7 @@ import shlex
 import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO, TypeVar
 
@@ -43,9 +43,6 @@ from bridge.admission import (
     JOB_UID_LABEL,
     WORKLOAD_API_VERSION,
     WORKLOAD_KIND,
-    describe_jobset,
-    describe_workload,
-    find_workload,
 )
 from bridge.api.mixing import API_VERSION, KIND, SlurmSpec, SourceCounts, WorkloadMixing, WorkloadMixingSpec
 from bridge.api.slurm_job import SlurmJob
@@ -53,9 +50,8 @@ from bridge.mixing_config import ConfigSnapshot, CountsBoard, LiveConfig, Mixing
 from bridge.runtime.cache import Store
 from bridge.runtime.client import Client
 from bridge.runtime.controller import Controller, Request
-from bridge.runtime.errors import ApiError, NotFound
+from bridge.runtime.errors import ApiError
 from bridge.runtime.events import EventRecorder
-from bridge.runtime.finalizers import has_finalizer
 from bridge.runtime.handlers import Object
 from bridge.runtime.informer import SharedInformerFactory
 from bridge.runtime.leaderelection import LeaderElectionConfig, LeaderElector, default_identity
@@ -70,6 +66,7 @@ from reconcilers.slurm import (
     Observed,
     Phase,
     PodsView,
+    SlurmObserver,
     SlurmReconciler,
     decide,
     jobset_job_keys,
@@ -80,14 +77,11 @@ from reconcilers.slurm import (
     workload_uid_keys,
 )
 from translators.slurm import (
-    ANNOTATION_SHAPE,
-    FINALIZER,
     JOBSET_API_VERSION,
     JOBSET_KIND,
     LABEL_JOB_ID,
     Translation,
-    jobset_name,
-    translate,
+    job_selector,
 )
 
 from .auth import CallableToken, FileToken, JwtAuth, TokenSource
@@ -95,7 +89,7 @@ from .cli import ScontrolCli
 from .client import RequestObserver, SlurmClient
 from .errors import InvalidJobId, SlurmAuthError, SlurmError
 from .metrics import slurm_metrics
-from .source import SlurmJobSource, SlurmNodeSource
+from .source import SlurmJobSource, SlurmNodeSource, node_object
 from .versions import JobsPage, NodesPage
 
 __all__ = [
@@ -146,6 +140,8 @@ class Settings:
     health_probe_bind_address: str = ":8081"
     log_level: str = "info"
     log_format: str = "auto"
+    verbose: int = 0
+    """``-v`` flags: 1 is debug (as ``--log-level=debug``), 2 also logs the HTTP client libraries."""
     max_concurrent_reconciles: int = 16
     """Reconciles wait on slurmrestd and the API server, not the CPU (docs/controller.md, Performance)."""
     slurm_token_file: str | None = None
@@ -358,6 +354,7 @@ def parse_args(argv: Sequence[str]) -> tuple[str, Settings, argparse.Namespace]:
         kubeconfig=ns.kubeconfig,
         log_level=level,
         log_format=ns.log_format,
+        verbose=ns.verbose,
         slurm_token_file=ns.slurm_token_file,
         slurm_url=ns.slurm_url,
         scontrol=ns.scontrol,
@@ -524,6 +521,8 @@ class LiveSlurm:
         self._client: SlurmClient | None = None
         self._identity: tuple[str, str, str] | None = None
         self._lock = asyncio.Lock()
+        self._in_flight: dict[SlurmClient, int] = {}
+        self._retired: set[SlurmClient] = set()
 
     def connection(self) -> tuple[str, str, str] | None:
         slurm = self._config.slurm()
@@ -539,7 +538,7 @@ class LiveSlurm:
             if self._client is None or wanted != self._identity:
                 if self._client is not None:
                     log.info("Slurm connection settings changed; reconnecting", url=wanted[0])
-                    await self._client.close()
+                    await self._retire(self._client)
                 url, version, user = wanted
                 auth = JwtAuth(user_name=user, token=self._token)
                 scontrol = ScontrolCli(
@@ -555,19 +554,36 @@ class LiveSlurm:
                 self._identity = wanted
             return self._client
 
+    async def _retire(self, client: SlurmClient) -> None:
+        """An old client is closed once the calls still using it are done, never under them."""
+        if self._in_flight.get(client):
+            self._retired.add(client)
+        else:
+            await client.close()
+
     async def close(self) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
+        for client in [*self._retired, *([self._client] if self._client is not None else [])]:
+            await client.close()
+        self._retired.clear()
+        self._client = None
 
     async def _call(self, operation: Callable[[SlurmClient], Awaitable[T]]) -> T:
+        client = await self.client()
+        self._in_flight[client] = self._in_flight.get(client, 0) + 1
         try:
-            return await operation(await self.client())
+            return await operation(client)
         except SlurmAuthError:
             invalidate = getattr(self._token, "invalidate", None)
             if invalidate is not None:
                 invalidate()  # a rotated Secret is read again at the next request
             raise
+        finally:
+            left = self._in_flight.pop(client) - 1
+            if left:
+                self._in_flight[client] = left
+            elif client in self._retired:
+                self._retired.discard(client)
+                await client.close()
 
     # JobLister / NodeLister / SlurmActions
     async def poll_jobs(self) -> JobsPage | None:
@@ -582,8 +598,20 @@ class LiveSlurm:
     async def get_job(self, job_id: int) -> SlurmJob:
         return await self._call(lambda c: c.get_job(job_id))
 
-    async def hold_job(self, job_id: int, *, unpin: Sequence[str] = ()) -> None:
-        await self._call(lambda c: c.hold_job(job_id, unpin=unpin))
+    async def hold_job(
+        self,
+        job_id: int,
+        *,
+        unpin: Sequence[str] = (),
+        comment: str | None = None,
+        admin_comment: str | None = None,
+    ) -> None:
+        await self._call(
+            lambda c: c.hold_job(job_id, unpin=unpin, comment=comment, admin_comment=admin_comment)
+        )
+
+    async def set_admin_comment(self, job_id: int, admin_comment: str) -> None:
+        await self._call(lambda c: c.set_admin_comment(job_id, admin_comment))
 
     async def requeue_hold(self, job_id: int) -> None:
         await self._call(lambda c: c.requeue_hold(job_id))
@@ -592,10 +620,24 @@ class LiveSlurm:
         await self._call(lambda c: c.set_comment(job_id, comment))
 
     async def pin_and_release(
-        self, job_id: int, *, nodes: Sequence[str], constraints: str, begin_time: int | None = None
+        self,
+        job_id: int,
+        *,
+        nodes: Sequence[str],
+        constraints: str,
+        begin_time: int | None = None,
+        comment: str | None = None,
+        admin_comment: str | None = None,
     ) -> None:
         await self._call(
-            lambda c: c.pin_and_release(job_id, nodes=nodes, constraints=constraints, begin_time=begin_time)
+            lambda c: c.pin_and_release(
+                job_id,
+                nodes=nodes,
+                constraints=constraints,
+                begin_time=begin_time,
+                comment=comment,
+                admin_comment=admin_comment,
+            )
         )
 
     async def drain_node(self, name: str, *, reason: str) -> None:
@@ -960,12 +1002,16 @@ async def explain(settings: Settings, *, job_id: int, mixing_file: str | None, o
                 print(f"Slurm job {job_id} is not known to slurmctld (never existed, or purged)", file=out)
                 return 1
             print(_describe_job(job), file=out)
-            result = translate(job, spec)
-            observed = Observed(job_id=job_id, job=job, partitions=frozenset(spec.slurm.partitions),
-                                translation=result)  # fmt: skip
-            if client is not None:
-                observed = await _observe_cluster(client, slurm, observed, spec.slurm.cluster_name)
+            observed = await _observe_for_explain(
+                client=client, slurm=slurm, config=config, job=job, cluster=spec.slurm.cluster_name
+            )
+            result = observed.translation
+            assert result is not None or job.is_finished
             decision = decide(observed)
+            if result is None:
+                print(f"the job has ended ({job.state})", file=out)
+                print(f"the bridge now: {decision.why}", file=out)
+                return 2
             if isinstance(result, Translation):
                 print(f"servable: JobSet {result.namespace}/{result.name}", file=out)
                 for note in result.notes:
@@ -991,33 +1037,27 @@ async def explain(settings: Settings, *, job_id: int, mixing_file: str | None, o
             await session.close()
 
 
-async def _observe_cluster(client: Client, slurm: LiveSlurm, observed: Observed, cluster: str) -> Observed:
-    """Fill in the JobSet, Workload, pods and nodes of the job from the cluster and Slurm (explain)."""
-    name = jobset_name(cluster, observed.job_id)
-    namespace = observed.translation.namespace if isinstance(observed.translation, Translation) else None
-    jobset = None
-    if namespace is not None:
-        try:
-            jobset = await client.get(JOBSET_API_VERSION, JOBSET_KIND, name, namespace=namespace)
-        except NotFound:
-            jobset = None
-    page = await (await slurm.client()).list_nodes()
-    nodes = tuple(n for n in page.nodes if node_job_id(n) == observed.job_id)
-    if jobset is None:
-        return replace(observed, nodes=nodes)
-    workload = await find_workload(client, jobset=jobset)
-    pods = await client.list(
-        "v1", "Pod", namespace=namespace, label_selector=f"{LABEL_JOB_ID}={observed.job_id}"
-    )
-    return replace(
-        observed,
-        jobset=describe_jobset(jobset),
-        has_finalizer=has_finalizer(jobset, FINALIZER),
-        jobset_shape=str((jobset["metadata"].get("annotations") or {}).get(ANNOTATION_SHAPE, "")),
-        workload=describe_workload(workload) if workload is not None else None,
-        nodes=nodes,
-        pods=PodsView.of(pods),
-    )
+async def _observe_for_explain(
+    *, client: Client | None, slurm: LiveSlurm, config: LiveMixing, job: SlurmJob, cluster: str
+) -> Observed:
+    """The job as the reconciler would observe it: the same :class:`SlurmObserver`, its stores filled
+    from one list each (the job's JobSets, their Workloads, its pods, the nodes) instead of informers."""
+    observer = SlurmObserver.with_empty_stores(config=config)
+    if client is not None:
+        selector = job_selector(cluster, job.job_id)
+        for jobset in await client.list(JOBSET_API_VERSION, JOBSET_KIND, label_selector=selector):
+            observer.jobsets.put(jobset)
+            uid = jobset["metadata"].get("uid")
+            if uid:
+                by_uid = f"{JOB_UID_LABEL}={uid}"
+                for workload in await client.list(WORKLOAD_API_VERSION, WORKLOAD_KIND, label_selector=by_uid):
+                    observer.workloads.put(workload)
+        for pod in await client.list("v1", "Pod", label_selector=selector):
+            observer.pods.put(pod)
+    for node in (await slurm.list_nodes()).nodes:
+        observer.nodes.put(node_object(node))
+    observed, _ = observer.observe(job.job_id, job)
+    return observed
 
 
 # --- main ----------------------------------------------------------------------------------------
@@ -1025,7 +1065,7 @@ async def _observe_cluster(client: Client, slurm: LiveSlurm, observed: Observed,
 
 def _configure_logging(settings: Settings) -> None:
     json_logs = None if settings.log_format == "auto" else settings.log_format == "json"
-    configure_logging(verbosity=_LEVELS.get(settings.log_level, 0), json=json_logs)
+    configure_logging(verbosity=max(_LEVELS.get(settings.log_level, 0), settings.verbose), json=json_logs)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -243,7 +243,7 @@ class RestAdapter:
         memory_per_tres tres_per_node tres_per_job tres_per_task tres_per_socket tres_req_str features
         prefer shared contiguous time_limit nodes required_nodes excluded_nodes het_job_id
         het_job_offset het_job_id_set array_job_id array_task_id array_task_string array_max_tasks
-        submit_time start_time end_time"""
+        submit_time start_time end_time eligible_time dependency resv_name admin_comment"""
     )
     COMMON_NODE_FIELDS: ClassVar[frozenset[str]] = _words(
         """name state features active_features partitions cpus alloc_cpus real_memory alloc_memory
@@ -264,6 +264,11 @@ class RestAdapter:
     @property
     def can_requeue_hold(self) -> bool:
         return "requeue_job" in self.endpoints
+
+    @property
+    def can_set_admin_comment(self) -> bool:
+        """The job update body takes ``admin_comment`` (v0.0.40+; v0.0.38 needs scontrol)."""
+        return "admin_comment" in self.job_update_fields
 
     # --- responses ------------------------------------------------------------------------
 
@@ -352,7 +357,10 @@ class RestAdapter:
             hold=self._hold(r, state),
             priority=r.number("priority"),
             comment=r.text("comment"),
+            admin_comment=r.text("admin_comment"),
             restart_count=r.number("restart_cnt") or 0,
+            dependency=r.text("dependency"),
+            reservation=r.text("resv_name"),
             node_count=r.positive("node_count"),
             max_nodes=r.positive("max_nodes"),
             tasks=r.positive("tasks"),
@@ -387,6 +395,7 @@ class RestAdapter:
             array_task_string=r.text("array_task_string"),
             array_max_tasks=r.positive("array_max_tasks"),
             submit_time=r.time("submit_time"),
+            eligible_time=r.time("eligible_time"),
             start_time=r.time("start_time"),
             end_time=r.time("end_time"),
         )
@@ -438,6 +447,7 @@ class RestAdapter:
         hold: bool | None = None,
         begin_time: int | None = None,
         comment: str | None = None,
+        admin_comment: str | None = None,
     ) -> dict[str, Any]:
         """The update body with the given fields; ``required_nodes=()`` clears the job's pin."""
         body: dict[str, Any] = {}  # top level: a {"job": ...} wrapper is ignored with a warning
@@ -452,6 +462,10 @@ class RestAdapter:
             body["begin_time"] = self._time_body(begin_time)
         if comment is not None:
             body["comment"] = comment
+        if admin_comment is not None:
+            if not self.can_set_admin_comment:
+                raise ValueError(f"REST {self.version} cannot set admin_comment")
+            body["admin_comment"] = admin_comment
         return body
 
     def _pin(self, nodes: Sequence[str]) -> tuple[str, Any]:
@@ -571,7 +585,9 @@ class DataParserAdapter(RestAdapter):
         extra = {"hold"} | ({"exclusive", "minimum_switches"} if minor <= 41 else {"required_switches"})
         self.job_fields = RestAdapter.COMMON_JOB_FIELDS | extra
         self.node_fields = RestAdapter.COMMON_NODE_FIELDS
-        self.job_update_fields = frozenset({"required_nodes", "constraints", "hold", "begin_time", "comment"})
+        self.job_update_fields = frozenset(
+            {"required_nodes", "constraints", "hold", "begin_time", "comment", "admin_comment"}
+        )
         self.node_update_fields = frozenset({"state", "reason"})
         self.jobs_response_fields = frozenset({"jobs", "errors", "warnings", "last_update", "last_backfill"})
         self.nodes_response_fields = frozenset({"nodes", "errors", "warnings", "last_update"})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridge.admission import JobSetState, JobSetView, WorkloadState, WorkloadView
-from bridge.api.mixing import WorkloadMixingSpec
 from bridge.api.slurm_job import JobState, SlurmJob
 from bridge.api.slurm_node import NodeState, SlurmNode
 from bridge.slurm.versions import adapter_for
@@ -43,128 +43,28 @@ from reconcilers.slurm import (
     node_job_id,
     unservable_comment,
 )
-from tests.fixtures.mixing import slurm_spec
+from reconcilers.slurm_waiting import BridgeHold
+from tests.fixtures.slurm_decisions import (
+    FEATURE,
+    IDLE,
+    NAMES,
+    job,
+    jobset,
+    kinds,
+    node,
+    observe,
+    released,
+    running,
+    workload,
+)
 from translators.slurm import (
     FINALIZER,
     SHAPE_PREFIX,
     Translation,
-    Untranslatable,
     shape_fingerprint,
-    translate,
 )
 
 SLURM_DATA = Path(__file__).parents[1] / "slurm" / "data"
-SPEC = WorkloadMixingSpec.model_validate({"slurm": slurm_spec()})
-NAMES = ("b42-0", "b42-1")
-FEATURE = "bridge-job-42"
-
-
-def job(**fields: Any) -> SlurmJob:
-    """Job 42: two nodes, pending, admin-held in the bridged partition; fields replace."""
-    base: dict[str, Any] = {
-        "job_id": 42,
-        "name": "demo",
-        "partition": "bridge",
-        "state": JobState.PENDING,
-        "hold": True,
-        "state_reason": "JobHeldAdmin",
-        "node_count": 2,
-        "cpus": 2,
-        "memory_per_node_mb": 1000,
-    }
-    base.update(fields)
-    return SlurmJob(**base)
-
-
-def released(**fields: Any) -> SlurmJob:
-    """Job 42 as the bridge leaves it after the release: pinned, unheld, pending."""
-    return job(hold=False, state_reason="None", required_nodes=NAMES, features=FEATURE, **fields)
-
-
-def running(**fields: Any) -> SlurmJob:
-    base: dict[str, Any] = {
-        "state": JobState.RUNNING,
-        "hold": False,
-        "nodes": NAMES,
-        "required_nodes": NAMES,
-        "features": FEATURE,
-    }
-    base.update(fields)
-    return job(**base)
-
-
-def jobset(*, state: JobSetState = JobSetState.SUSPENDED, deleting: bool = False) -> JobSetView:
-    return JobSetView(
-        name="slurm-hpc-42",
-        namespace="default",
-        uid="uid-42",
-        state=state,
-        suspended=state is JobSetState.SUSPENDED,
-        deleting=deleting,
-        restarts=0,
-        terminal_state="",
-        ready=0,
-    )
-
-
-def workload(state: WorkloadState, reason: str = "") -> WorkloadView:
-    return WorkloadView(
-        name="jobset-slurm-hpc-42-abcde",
-        namespace="default",
-        uid="wl-uid",
-        state=state,
-        reason=reason,
-        message="",
-        active=True,
-        cluster_queue="shared",
-    )
-
-
-def node(
-    name: str,
-    *,
-    state: NodeState = NodeState.IDLE,
-    features: tuple[str, ...] = ("k8sbridge", FEATURE),
-    flags: frozenset[str] = frozenset({"DYNAMIC_NORM"}),
-) -> SlurmNode:
-    return SlurmNode(name=name, state=state, features=features, state_flags=flags)
-
-
-IDLE = (node("b42-0"), node("b42-1"))
-
-
-def observe(
-    the_job: SlurmJob | None,
-    *,
-    js: JobSetView | None = None,
-    wl: WorkloadView | None = None,
-    nodes: tuple[SlurmNode, ...] = (),
-    pods: PodsView | None = None,
-    has_finalizer: bool = True,
-    spec: WorkloadMixingSpec = SPEC,
-    **extra: Any,
-) -> Observed:
-    translation: Translation | Untranslatable | None = None
-    if the_job is not None and not the_job.is_finished:
-        translation = translate(the_job, spec)
-    return Observed(
-        job_id=the_job.job_id if the_job is not None else 42,
-        job=the_job,
-        partitions=frozenset(spec.slurm.partitions if spec.slurm else ()),
-        translation=translation,
-        jobset=js,
-        has_finalizer=has_finalizer and js is not None,
-        jobset_nodes=NAMES if js is not None else (),
-        jobset_feature=FEATURE if js is not None else "",
-        workload=wl,
-        nodes=nodes,
-        pods=pods if pods is not None else PodsView(),
-        **extra,
-    )
-
-
-def kinds(decision: Decision) -> list[str]:
-    return [a.kind for a in decision.actions]
 
 
 # --- row 1: held, no JobSet -> create it suspended, or explain why not --------------------------
@@ -182,13 +82,18 @@ def test_held_job_without_jobset_gets_a_suspended_jobset_with_the_finalizer() ->
     assert d.phase is Phase.QUEUED
 
 
-def test_user_hold_is_turned_into_the_bridges_admin_hold_at_creation() -> None:
-    d = decide(observe(job(state_reason="JobHeldUser")))
-    assert kinds(d) == ["create_jobset", "convert_hold"]
-    convert = d.actions[1]
+def test_user_hold_is_turned_into_the_bridges_admin_hold_once_its_jobset_exists() -> None:
+    """Never before: a conversion that landed beside a failed create would leave an admin hold without
+    a JobSet and without the bridge's mark, which is an administrator's hold to the bridge."""
+    user_held = job(state_reason="JobHeldUser", admin_comment="")
+    assert kinds(decide(observe(user_held))) == ["create_jobset"]
+    d = decide(observe(user_held, js=jobset(), wl=workload(WorkloadState.PENDING)))
+    assert kinds(d) == ["convert_hold"]
+    convert = d.actions[0]
     assert isinstance(convert, ConvertHold)
     assert isinstance(convert, Hold)  # executed as a hold
     assert convert.best_effort
+    assert convert.admin_comment == BridgeHold().text()  # marked: an admin hold of the bridge's
 
 
 def test_creating_the_jobset_and_converting_the_hold_run_at_once_without_a_fresh_read() -> None:
@@ -268,7 +173,9 @@ def test_admitted_with_all_nodes_idle_pins_and_releases() -> None:
     d = decide(
         observe(job(), js=jobset(state=JobSetState.ACTIVE), wl=workload(WorkloadState.ADMITTED), nodes=IDLE)
     )
-    assert d.actions == (PinAndRelease(nodes=NAMES, constraints=FEATURE, begin_now=False),)
+    assert d.actions == (
+        PinAndRelease(nodes=NAMES, constraints=FEATURE, begin_now=False, clear_admin_comment=True),
+    )
     assert d.phase is Phase.RELEASING
 
 
@@ -280,11 +187,49 @@ def test_the_release_keeps_the_jobs_own_features_in_the_constraint() -> None:
     assert pin.constraints == f"{FEATURE}&ib"
 
 
+REQUEUED_AT = datetime(2026, 12, 2, 1, 0, 0, tzinfo=UTC)
+NOW = REQUEUED_AT.timestamp()
+
+
+def requeued(**fields: Any) -> SlurmJob:
+    """Job 42 requeued at REQUEUED_AT: Slurm reset its submit time and put its begin 121 s later."""
+    base: dict[str, Any] = {
+        "restart_count": 1,
+        "submit_time": REQUEUED_AT,
+        "eligible_time": REQUEUED_AT + timedelta(seconds=121),
+    }
+    return job(**(base | fields))
+
+
+SOON_AFTER = (REQUEUED_AT + timedelta(seconds=20)).timestamp()
+
+
 def test_a_requeued_job_is_released_with_begin_time_now() -> None:
-    d = decide(observe(job(restart_count=1), js=jobset(), wl=workload(WorkloadState.ADMITTED), nodes=IDLE))
+    d = decide(
+        observe(requeued(), js=jobset(), wl=workload(WorkloadState.ADMITTED), nodes=IDLE, now=SOON_AFTER)
+    )
     (pin,) = d.actions
     assert isinstance(pin, PinAndRelease)
     assert pin.begin_now
+
+
+def test_the_release_never_moves_a_begin_time_its_user_set() -> None:
+    """A user's --begin that Slurm kept over the requeue (it lay ahead) is not Slurm's delay: such a job
+    is not bridged at all while it lies ahead; once it has passed there is nothing to move."""
+    users = requeued(eligible_time=REQUEUED_AT + timedelta(hours=2))
+    d = decide(observe(users, js=jobset(), wl=workload(WorkloadState.ADMITTED), nodes=IDLE, now=SOON_AFTER))
+    assert not any(isinstance(a, PinAndRelease) for a in d.actions)
+    assert kinds(d)[-1] == "delete_jobset" or "remove_finalizer" in kinds(d)
+    passed = (REQUEUED_AT + timedelta(seconds=200)).timestamp()
+    d = decide(observe(requeued(), js=jobset(), wl=workload(WorkloadState.ADMITTED), nodes=IDLE, now=passed))
+    (pin,) = d.actions
+    assert isinstance(pin, PinAndRelease)
+    assert not pin.begin_now
+    never_requeued = job(submit_time=REQUEUED_AT, eligible_time=REQUEUED_AT + timedelta(seconds=60))
+    d = decide(
+        observe(never_requeued, js=jobset(), wl=workload(WorkloadState.ADMITTED), nodes=IDLE, now=SOON_AFTER)
+    )
+    assert not any(isinstance(a, PinAndRelease) for a in d.actions)
 
 
 @pytest.mark.parametrize(
@@ -371,7 +316,10 @@ def test_requeue_hold_under_way_on_slurm_2205_keeps_the_jobset(wl: WorkloadView)
     held = v0038_job("rest-v0.0.38-requeuehold-pending.json")
     d = decide(observe(held, js=jobset(), wl=workload(WorkloadState.PREEMPTED), nodes=IDLE,
                        pods=PodsView(active=2, running=2)))  # fmt: skip
-    assert d.actions == (Hold(reason="its pinned nodes are going away", unpin=NAMES),)  # the pin goes first
+    # the pin goes first, and the hold carries the bridge's mark (it becomes an admin hold)
+    assert d.actions == (
+        Hold(reason="its pinned nodes are going away", unpin=NAMES, admin_comment=BridgeHold().text()),
+    )
     assert d.phase is Phase.EVICTED
     unpinned = held.model_copy(update={"required_nodes": ()})
     d = decide(observe(unpinned, js=jobset(), wl=workload(WorkloadState.PREEMPTED), nodes=IDLE,
@@ -440,13 +388,16 @@ def test_held_again_after_preemption_stale_nodes_go_once_the_pods_are_gone() -> 
 
 
 def test_readmitted_after_preemption_is_pinned_and_released_again_with_begin_time() -> None:
-    requeued = job(restart_count=1, required_nodes=NAMES, features=FEATURE)
+    again = requeued(required_nodes=NAMES, features=FEATURE)
     d = decide(
         observe(
-            requeued, js=jobset(state=JobSetState.ACTIVE), wl=workload(WorkloadState.ADMITTED), nodes=IDLE
+            again, js=jobset(state=JobSetState.ACTIVE), wl=workload(WorkloadState.ADMITTED), nodes=IDLE,
+            now=SOON_AFTER,
         )
+    )  # fmt: skip
+    assert d.actions == (
+        PinAndRelease(nodes=NAMES, constraints=FEATURE, begin_now=True, clear_admin_comment=True),
     )
-    assert d.actions == (PinAndRelease(nodes=NAMES, constraints=FEATURE, begin_now=True),)
 
 
 # --- row 6: finished / cancelled / vanished -> drain, delete JobSet, delete nodes, finalizer -----
@@ -507,7 +458,7 @@ def test_nodes_the_node_source_has_seen_are_always_deleted() -> None:
     down = tuple(node(n, state=NodeState.DOWN) for n in NAMES)
     d = decide(observe(job(state=JobState.CANCELLED, hold=False), js=jobset(), nodes=down))
     assert kinds(d) == ["delete_jobset", "delete_nodes", "remove_finalizer"]
-    assert d.actions[1] == DeleteNodes(names=NAMES)
+    assert d.actions[1] == DeleteNodes(names=NAMES, down_already=NAMES)  # never DOWN twice
 
 
 def test_vanished_job_with_jobset_present_is_treated_as_finished() -> None:
@@ -698,12 +649,19 @@ def test_a_jobset_without_a_record_of_this_version_is_never_replaced(recorded: s
 
 def test_the_bridges_own_release_and_requeue_hold_do_not_replace_the_jobset() -> None:
     """Pinned by the release, then requeue-held (pin kept, restarted): still the JobSet's job."""
-    requeued = job(restart_count=1, required_nodes=NAMES, features=FEATURE, comment=COMMENT_PREFIX + "x")
-    assert shape_fingerprint(requeued) == MADE_FOR
+    again = requeued(required_nodes=NAMES, features=FEATURE, comment=COMMENT_PREFIX + "x")
+    assert shape_fingerprint(again) == MADE_FOR
     d = decide(
-        observe(requeued, js=jobset(), wl=workload(WorkloadState.ADMITTED), nodes=IDLE, jobset_shape=MADE_FOR)
+        observe(
+            again, js=jobset(), wl=workload(WorkloadState.ADMITTED), nodes=IDLE, jobset_shape=MADE_FOR,
+            now=SOON_AFTER,
+        )
+    )  # fmt: skip
+    assert d.actions == (
+        PinAndRelease(
+            nodes=NAMES, constraints=FEATURE, begin_now=True, clear_comment=True, clear_admin_comment=True
+        ),
     )
-    assert d.actions == (PinAndRelease(nodes=NAMES, constraints=FEATURE, begin_now=True),)
 
 
 @pytest.mark.parametrize(
@@ -964,6 +922,19 @@ JOB_STATES = st.sampled_from(
         running(nodes=("b9-0",)),
         running(state=JobState.COMPLETED),
         job(state=JobState.CANCELLED, hold=False),
+        job(dependency="afterok:41(unfulfilled)"),
+        job(state_reason="JobHeldAdmin", admin_comment=""),  # an administrator's hold
+        job(admin_comment=BridgeHold(retry_after=int(NOW) + 3600, reason="AssocGrpCpuLimit").text()),
+        released(state_reason="AssocGrpCpuLimit"),
+        released(state_reason="Dependency"),
+    ]
+)
+PODS = st.sampled_from(
+    [
+        PodsView(),
+        PodsView(active=2, running=2, present=2),
+        PodsView(active=1, running=1, present=2, lost=("slurm-hpc-42-slurmd-0-1-x: Succeeded",)),
+        PodsView(active=1, running=1, present=2, lost=("slurm-hpc-42-slurmd-0-0-x: being deleted",)),
     ]
 )
 JOBSETS = st.sampled_from(
@@ -986,8 +957,9 @@ NODES = st.sampled_from([(), IDLE, IDLE[:1], (node("b42-0"), node("b42-1", state
     wl=WORKLOADS,
     nodes=NODES,
     finalizer=st.booleans(),
-    active_pods=st.integers(0, 2),
+    pods=PODS,
     recorded=st.sampled_from(["", MADE_FOR, shape_fingerprint(job(node_count=3))]),
+    marks_holds=st.booleans(),
 )
 def test_invariants_over_the_state_space(
     the_job: SlurmJob | None,
@@ -995,12 +967,14 @@ def test_invariants_over_the_state_space(
     wl: WorkloadView | None,
     nodes: tuple[SlurmNode, ...],
     finalizer: bool,
-    active_pods: int,
+    pods: PodsView,
     recorded: str,
+    marks_holds: bool,
 ) -> None:
+    active_pods = pods.active
     o = observe(the_job, js=js, wl=wl if js is not None else None, nodes=nodes, has_finalizer=finalizer,
-                pods=PodsView(active=active_pods, running=active_pods),
-                jobset_shape=recorded if js is not None else "")  # fmt: skip
+                pods=pods, jobset_shape=recorded if js is not None else "", now=NOW,
+                jobset_marks_holds=marks_holds)  # fmt: skip
     d = decide(o)
     assert d == decide(o), "decide is a pure function"
     if d != decide(replace(o, jobset_shape="")):
@@ -1032,14 +1006,35 @@ def test_invariants_over_the_state_space(
         assert the_job.hold
         assert isinstance(o.translation, Translation)
     if the_job is not None and not the_job.is_finished:
-        # A live job's JobSet is never deleted unless it ended before the job ran, or was made for
-        # another shape of the job, which is still held (row 16).
+        # A live job's JobSet is never deleted unless it ended before the job ran, was made for
+        # another shape of the job, which is still held (row 16), lost a slurmd pod while admitted,
+        # or Slurm would not start the held job now (its capacity goes back to Kueue).
         if "delete_jobset" in names:
+            assert js is not None
             assert (
-                (js is not None and js.state in (JobSetState.FAILED, JobSetState.COMPLETED))
+                js.state in (JobSetState.FAILED, JobSetState.COMPLETED)
                 or (wl is not None and wl.state is WorkloadState.FINISHED)
                 or (the_job.hold and the_job.is_pending and recorded not in ("", shape_fingerprint(the_job)))
+                or (pods.lost and not js.suspended and wl is not None and wl.state is WorkloadState.ADMITTED)
+                or (the_job.hold and (bool(the_job.dependency) or "retry-after" in the_job.admin_comment))
+                or (the_job.held_by == "admin" and not the_job.admin_comment)  # an administrator's
             )
+        # A job Slurm would not start is never bridged, and never released.
+        if (
+            the_job.dependency
+            or "retry-after" in the_job.admin_comment
+            or (the_job.held_by == "admin" and (not the_job.admin_comment))
+        ):
+            assert "create_jobset" not in names
+            assert "pin_and_release" not in names
+        # An unmarked admin hold that an older bridge's JobSet vouches for loses that JobSet only once
+        # marked as the bridge's; under a JobSet of this bridge it is an administrator's, never marked.
+        if the_job.held_by == "admin" and not the_job.admin_comment and js is not None:
+            if not marks_holds and "remove_finalizer" in names:
+                assert names[0] in ("mark_held", "hold")
+            if marks_holds:
+                assert "mark_held" not in names
+                assert not any(isinstance(a, Hold) and a.admin_comment for a in d.actions)
         # The finalizer goes only once the job cannot be running on those nodes.
         if "remove_finalizer" in names:
             assert not the_job.is_running
@@ -1059,7 +1054,7 @@ def test_invariants_over_the_state_space(
             assert deleted >= set(NAMES)
     if d.concurrent:
         # Only independent actions run at once: the JobSet's creation and what goes with it.
-        assert set(names) <= {"create_jobset", "convert_hold", "clear_comment"}
+        assert set(names) <= {"create_jobset", "clear_comment"}
     if any(isinstance(a, (PinAndRelease, RequeueHold, ReportUnservable)) for a in d.actions):
         assert d.needs_confirmation
     if any(type(a) is Hold for a in d.actions):

@@ -5,7 +5,6 @@ Fakes stand in for the API server and slurmrestd (unit tier); the e2e tier runs 
 
 from __future__ import annotations
 
-import asyncio
 import copy
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
@@ -53,6 +52,7 @@ def held(**fields: Any) -> SlurmJob:
         "state": JobState.PENDING,
         "hold": True,
         "state_reason": "JobHeldAdmin",
+        "admin_comment": "k8s-bridge: held",  # the bridge's own hold
         "node_count": 2,
         "cpus": 2,
         "memory_per_node_mb": 1000,
@@ -94,6 +94,7 @@ class FakeSlurm:
         self.delete_error: Exception | None = None
         self.before_hold: Callable[[], Awaitable[None]] | None = None
         self.unpinned: list[tuple[int, tuple[str, ...]]] = []
+        self.admin_comments: list[tuple[int, str]] = []
 
     def _check(self) -> None:
         if self.down:
@@ -107,10 +108,19 @@ class FakeSlurm:
             raise InvalidJobId("gone", error_number=2017)
         return job
 
-    async def hold_job(self, job_id: int, *, unpin: Sequence[str] = ()) -> None:
+    async def hold_job(
+        self,
+        job_id: int,
+        *,
+        unpin: Sequence[str] = (),
+        comment: str | None = None,
+        admin_comment: str | None = None,
+    ) -> None:
         if self.before_hold is not None:
             await self.before_hold()
         self.calls.append(("hold", job_id))
+        if admin_comment is not None:
+            self.admin_comments.append((job_id, admin_comment))
         if unpin:
             self.unpinned.append((job_id, tuple(unpin)))
         if self.hold_error is not None:
@@ -124,8 +134,19 @@ class FakeSlurm:
     async def set_comment(self, job_id: int, comment: str) -> None:
         self.calls.append(("comment", job_id, comment))
 
+    async def set_admin_comment(self, job_id: int, admin_comment: str) -> None:
+        self.calls.append(("admin_comment", job_id, admin_comment))
+        self.admin_comments.append((job_id, admin_comment))
+
     async def pin_and_release(
-        self, job_id: int, *, nodes: Sequence[str], constraints: str, begin_time: int | None = None
+        self,
+        job_id: int,
+        *,
+        nodes: Sequence[str],
+        constraints: str,
+        begin_time: int | None = None,
+        comment: str | None = None,
+        admin_comment: str | None = None,
     ) -> None:
         self._check()
         self.calls.append(("pin", job_id, tuple(nodes), constraints, begin_time))
@@ -220,7 +241,7 @@ def released_by_the_bridge() -> SlurmJob:
 
 
 class World:
-    def __init__(self, *jobs: SlurmJob, down: bool = False) -> None:
+    def __init__(self, *jobs: SlurmJob, down: bool = False, spec: WorkloadMixingSpec = SPEC) -> None:
         self.jobs = Jobs(*jobs)
         self.slurm = FakeSlurm(self.jobs, down=down)
         self.kube = FakeKube()
@@ -233,7 +254,7 @@ class World:
         self.reconciler = SlurmReconciler(
             client=cast(Client, self.kube),
             slurm=self.slurm,
-            config=Config(),
+            config=Config(spec),
             jobs=self.jobs,
             jobsets=self.jobsets,
             workloads=self.workloads,
@@ -416,12 +437,19 @@ async def test_running_job_is_requeue_held_when_admission_is_lost(admitted: bool
     assert (("requeue_hold", 42) in w.slurm.calls) is not admitted
 
 
+def user_held_with_its_jobset() -> World:
+    """sbatch's user hold, the JobSet made, the Workload waiting for quota."""
+    w = World(held(state_reason="JobHeldUser", admin_comment=""))
+    w.add_jobset(jobset_object())
+    w.workloads.put(workload_object(admitted=False))
+    return w
+
+
 async def test_a_refused_admin_hold_of_a_user_held_job_is_not_an_error() -> None:
-    w = World(held(state_reason="JobHeldUser"))
-    w.slurm.refuse_hold = True  # what 24.11 answers (error 2015)
+    w = user_held_with_its_jobset()
+    w.slurm.refuse_hold = True
     assert await w.reconcile() == Result()
-    assert w.kube.calls == [("create", "JobSet", "slurm-hpc-42")]
-    assert ("hold", 42) in w.slurm.calls
+    assert w.slurm.calls == [("hold", 42)]
 
 
 async def test_a_guard_hold_makes_the_job_source_poll_at_once() -> None:
@@ -462,11 +490,15 @@ async def test_holding_the_bridges_own_release_clears_its_pin_and_a_users_node_l
 # --- the JobSet's creation: no fresh read, independent actions at once ----------------------------
 
 
-async def test_a_user_held_job_gets_its_jobset_and_the_admin_hold_without_a_fresh_read() -> None:
-    w = World(held(state_reason="JobHeldUser"))
+async def test_a_user_held_job_gets_its_jobset_then_the_admin_hold_without_a_fresh_read() -> None:
+    w = World(held(state_reason="JobHeldUser", admin_comment=""))
     assert await w.reconcile() == Result()
-    assert w.slurm.calls == [("hold", 42)]  # no GET job/42 first
+    assert w.slurm.calls == []  # no GET job/42, and no hold before the JobSet exists
     assert w.kube.calls == [("create", "JobSet", "slurm-hpc-42")]
+    w.add_jobset(jobset_object())
+    assert await w.reconcile() == Result()
+    assert w.slurm.calls == [("hold", 42)]
+    assert w.slurm.admin_comments == [(42, "k8s-bridge: held")]  # with the hold: the bridge's mark
     # No poll at once for the conversion: nothing waits on seeing it, and in a burst of held jobs
     # slurmctld would list every job back to back.
     assert w.jobs.triggers == 0
@@ -474,40 +506,21 @@ async def test_a_user_held_job_gets_its_jobset_and_the_admin_hold_without_a_fres
     assert w.reconciler.phases == {"hpc/42": "queued"}
 
 
-async def test_creating_the_jobset_and_converting_the_hold_overlap() -> None:
-    """Each fake waits until the other has started: run one after the other, neither would finish."""
-    w = World(held(state_reason="JobHeldUser"))
-    create_started, hold_started = asyncio.Event(), asyncio.Event()
-
-    async def before_create() -> None:
-        create_started.set()
-        await asyncio.wait_for(hold_started.wait(), timeout=2)
-
-    async def before_hold() -> None:
-        hold_started.set()
-        await asyncio.wait_for(create_started.wait(), timeout=2)
-
-    w.kube.before_create, w.slurm.before_hold = before_create, before_hold
-    assert await w.reconcile() == Result()
-    assert w.kube.calls == [("create", "JobSet", "slurm-hpc-42")]
-    assert w.slurm.calls == [("hold", 42)]
-
-
-async def test_a_failed_create_lets_the_hold_conversion_finish_and_is_raised_as_itself() -> None:
-    w = World(held(state_reason="JobHeldUser"))
+async def test_a_failed_create_converts_no_hold() -> None:
+    """Else an admin hold without a JobSet and without the bridge's mark: an administrator's, to the
+    bridge, and the job would never be bridged."""
+    w = World(held(state_reason="JobHeldUser", admin_comment=""))
     w.kube.create_error = ApiError(500, "InternalError", "etcd timed out")
     with pytest.raises(ApiError, match="etcd timed out"):
         await w.reconcile()
-    assert w.slurm.calls == [("hold", 42)]
+    assert w.slurm.calls == []
     assert w.metric("k8s_bridge_slurm_actions_total", action="create_jobset", result="error") == 1
-    assert w.metric("k8s_bridge_slurm_actions_total", action="convert_hold", result="ok") == 1
 
 
-async def test_slurmrestd_down_during_the_hold_conversion_still_creates_and_retries_calmly() -> None:
-    w = World(held(state_reason="JobHeldUser"))
+async def test_slurmrestd_down_during_the_hold_conversion_retries_calmly() -> None:
+    w = user_held_with_its_jobset()
     w.slurm.hold_error = SlurmUnavailable("connection refused")
     assert await w.reconcile() == Result(requeue_after=SLURM_RETRY)
-    assert w.kube.calls == [("create", "JobSet", "slurm-hpc-42")]
 
 
 async def test_a_job_that_ended_since_the_poll_gets_a_jobset_that_the_next_look_deletes() -> None:
@@ -691,3 +704,20 @@ async def test_the_bridge_ranks_node_events_of_waiting_jobs_first(monkeypatch: p
     reconciler.phases["hpc/42"] = Phase.ADMITTED
     assert ranked[0][1](Request("hpc", "42")) == RELEASE_PRIORITY
     assert ranked[0][1](Request("hpc", "43")) == 0
+
+
+async def test_max_bridged_jobs_counts_only_this_clusters_jobsets() -> None:
+    """One bridge per Slurm cluster may share the JobSet informer's namespace with another's."""
+    one = WorkloadMixingSpec.model_validate({"slurm": slurm_spec(limits={"maxBridgedJobs": 1})})
+    w = World(held(), spec=one)
+    other = jobset_object()
+    other["metadata"]["name"] = "slurm-other-42"
+    other["metadata"]["labels"]["bridge.k8s-bridge.io/slurm-cluster"] = "other"
+    w.jobsets.put(other)
+    await w.reconcile()
+    assert w.kube.calls == [("create", "JobSet", "slurm-hpc-42")]
+    w.kube.calls.clear()
+    w.jobs.jobs[43] = held(job_id=43)
+    w.add_jobset(jobset_object())  # job 42's: this cluster's one JobSet
+    await w.reconcile("43")
+    assert w.kube.calls == []  # the limit is reached for hpc

@@ -518,3 +518,68 @@ async def test_cancel_with_signal(server: Scripted) -> None:
     async with client(server, version="v0.0.42") as slurm:
         await slurm.cancel_job(9, signal="KILL")
     assert server.seen[0].query == {"signal": "KILL"}
+
+
+# --- answers that say an update landed, and the bridge's mark on its holds -------------------------
+
+PART_CONFIG = {
+    "error_number": 2015,
+    "description": "Requested partition configuration not available now",
+    "source": "slurm_update_job2()",
+}
+
+
+@pytest.mark.parametrize("version", ["v0.0.38", "v0.0.42"])
+async def test_2015_on_a_job_update_means_it_landed(
+    server: Scripted, version: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """slurmctld applies every field, then answers 2015 from its partition check (the bridge partition
+    has no node yet for a held job): no error, no warning."""
+    server.on("POST", f"/slurm/{version}/job/42", empty([PART_CONFIG], status=500))
+    async with client(server, version=version, scontrol=RecordingCli()) as slurm:
+        with caplog.at_level(logging.INFO):
+            await slurm.set_comment(42, "k8s-bridge: held: x")
+            await slurm.hold_job(42)
+    assert [s.body for s in server.seen] == [{"comment": "k8s-bridge: held: x"}, {"hold": True}]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_the_mark_rides_in_the_hold_where_rest_takes_it(server: Scripted) -> None:
+    server.on("POST", "/slurm/v0.0.42/job/42", empty())
+    cli = RecordingCli()
+    async with client(server, version="v0.0.42", scontrol=cli) as slurm:
+        await slurm.hold_job(42, admin_comment="k8s-bridge: held", comment="why")
+    assert server.seen[0].body == {"hold": True, "admin_comment": "k8s-bridge: held", "comment": "why"}
+    assert cli.calls == []
+
+
+async def test_v0038_marks_by_scontrol_before_the_hold_and_clears_after_the_release(server: Scripted) -> None:
+    """Whatever fails in between, an admin hold of the bridge's never lacks its mark."""
+    order: list[str] = []
+
+    class Ordered(RecordingCli):
+        async def run(self, *args: str) -> str:
+            order.append(f"scontrol {' '.join(args)}")
+            return ""
+
+    def posted() -> web.Response:
+        order.append("POST")
+        return web.json_response({"errors": [], "warnings": []})
+
+    server.on("POST", "/slurm/v0.0.38/job/42", posted)
+    async with client(server, version="v0.0.38", scontrol=Ordered()) as slurm:
+        await slurm.hold_job(42, admin_comment="k8s-bridge: held\nx")
+        await slurm.pin_and_release(42, nodes=["b42-0"], constraints="bridge-job-42", admin_comment="")
+    assert order == [
+        "scontrol update JobId=42 AdminComment=k8s-bridge: held x",  # one argv element, one line
+        "POST",
+        "POST",
+        "scontrol update JobId=42 AdminComment=",
+    ]
+    assert "admin_comment" not in server.seen[0].body
+
+
+async def test_a_missing_token_file_is_an_auth_error_not_an_oserror(tmp_path: Path) -> None:
+    token = FileToken(tmp_path / "missing")
+    with pytest.raises(SlurmAuthError, match="cannot read the token file"):
+        await token.get()

@@ -116,8 +116,9 @@ def test_job_update_body(case: tuple[RestAdapter, Any]) -> None:
     documented = body_props(doc, adapter.endpoints["update_job"])
     assert not missing(adapter.version, "job_update", adapter.job_update_fields, documented)
     body = adapter.job_update_body(
-        required_nodes=["a"], constraints="f", hold=False, begin_time=1, comment="c"
-    )
+        required_nodes=["a"], constraints="f", hold=False, begin_time=1, comment="c",
+        admin_comment="a" if adapter.can_set_admin_comment else None,
+    )  # fmt: skip
     assert set(body) == adapter.job_update_fields
 
 

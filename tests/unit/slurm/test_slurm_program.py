@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +18,7 @@ from bridge.api.mixing import WorkloadMixingSpec
 from bridge.api.slurm_job import JobState, SlurmJob
 from bridge.mixing_config import LiveConfig
 from bridge.runtime.client import Client
+from bridge.slurm.client import SlurmClient
 from bridge.slurm.errors import SlurmAuthError
 from bridge.slurm.program import (
     DirectPublisher,
@@ -23,10 +26,12 @@ from bridge.slurm.program import (
     LiveSlurm,
     SecretToken,
     Settings,
+    _configure_logging,
     bind_address,
     explain,
     parse_args,
 )
+from bridge.slurm.versions import NodesPage
 from tests.fixtures.mixing import resource, slurm_spec
 
 FLAGS = [
@@ -172,6 +177,38 @@ async def test_secret_token_is_cached_and_reread_after_invalidate() -> None:
     assert await token.get() == "jwt-2"
 
 
+async def no_nodes(self: LiveSlurm, *, update_time: int | None = None) -> NodesPage:
+    return NodesPage(nodes=(), update_time=None)
+
+
+async def test_explain_says_what_slurm_waits_for_as_the_bridge_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """explain observes through the reconciler's own observer: a dependent job is not bridged there
+    either, and an administrator's hold is named as such."""
+    mixing = tmp_path / "mixing.yaml"
+    mixing.write_text(yaml.safe_dump(resource({"slurm": slurm_spec()})))
+    shown: dict[str, Any] = {"dependency": "afterok:41(unfulfilled)", "state_reason": "JobHeldUser"}
+
+    async def get_job(self: LiveSlurm, job_id: int) -> SlurmJob:
+        return SlurmJob(
+            job_id=job_id, partition="bridge", state=JobState.PENDING, hold=True, node_count=1, cpus=1,
+            memory_per_node_mb=500, **shown,
+        )  # fmt: skip
+
+    monkeypatch.setattr(LiveSlurm, "get_job", get_job)
+    monkeypatch.setattr(LiveSlurm, "list_nodes", no_nodes)
+    out = io.StringIO()
+    assert await explain(Settings(config="site"), job_id=42, mixing_file=str(mixing), out=out) == 0
+    assert (
+        "the bridge now: not bridged: it waits for its dependency (afterok:41(unfulfilled))" in out.getvalue()
+    )
+    shown = {"state_reason": "JobHeldAdmin"}
+    out = io.StringIO()
+    assert await explain(Settings(config="site"), job_id=42, mixing_file=str(mixing), out=out) == 0
+    assert "not bridged: held by an administrator" in out.getvalue()
+
+
 async def test_explain_prints_the_jobset_and_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     mixing = tmp_path / "mixing.yaml"
     mixing.write_text(yaml.safe_dump(resource({"slurm": slurm_spec()})))
@@ -179,10 +216,11 @@ async def test_explain_prints_the_jobset_and_why(tmp_path: Path, monkeypatch: py
     async def get_job(self: LiveSlurm, job_id: int) -> SlurmJob:
         return SlurmJob(
             job_id=job_id, name="x\n$(id)", partition="bridge", state=JobState.PENDING, hold=True,
-            node_count=2, cpus=2, memory_per_node_mb=500,
+            state_reason="JobHeldUser", node_count=2, cpus=2, memory_per_node_mb=500,
         )  # fmt: skip
 
     monkeypatch.setattr(LiveSlurm, "get_job", get_job)
+    monkeypatch.setattr(LiveSlurm, "list_nodes", no_nodes)
     out = io.StringIO()
     code = await explain(Settings(config="site"), job_id=42, mixing_file=str(mixing), out=out)
     text = out.getvalue()
@@ -206,7 +244,58 @@ async def test_explain_says_why_a_job_cannot_be_served(
         )
 
     monkeypatch.setattr(LiveSlurm, "get_job", get_job)
+    monkeypatch.setattr(LiveSlurm, "list_nodes", no_nodes)
     out = io.StringIO()
     code = await explain(Settings(config="site"), job_id=7, mixing_file=str(mixing), out=out)
     assert code == 2
     assert "cannot be served (TooManyNodes)" in out.getvalue()
+
+
+def test_vv_also_logs_the_http_client_libraries() -> None:
+    _, once, _ = parse_args(["--config", "site", "-v"])
+    _, twice, _ = parse_args(["--config", "site", "-vv"])
+    assert (once.log_level, once.verbose, twice.verbose) == ("debug", 1, 2)
+    try:
+        _configure_logging(once)
+        assert logging.getLogger("aiohttp.access").level == logging.WARNING
+        _configure_logging(twice)
+        assert logging.getLogger("aiohttp.access").level == logging.DEBUG
+        assert logging.getLogger("kubernetes_asyncio").level == logging.DEBUG
+    finally:
+        _configure_logging(Settings(config="site"))
+
+
+async def test_a_new_slurm_connection_does_not_close_the_old_one_under_its_calls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A WorkloadMixing change of ``spec.slurm.url`` builds a new client; a call still running on the
+    old one finishes on it, and only then is the old one closed."""
+    closed: list[str] = []
+
+    async def close(self: SlurmClient) -> None:
+        closed.append(self.base_url)
+
+    monkeypatch.setattr(SlurmClient, "close", close)
+    live = LiveConfig("site")
+    live.publish(uid="u", generation=1, spec=WorkloadMixingSpec.model_validate({"slurm": slurm_spec()}))
+    slurm = LiveSlurm(config=LiveMixing(live), token=cast(Any, None), settings=Settings(config="site"))
+    gate = asyncio.Event()
+
+    async def slow(client: SlurmClient) -> str:
+        await gate.wait()
+        assert client.base_url not in closed
+        return client.base_url
+
+    first = asyncio.create_task(slurm._call(slow))
+    await asyncio.sleep(0)
+    old_url = (await slurm.client()).base_url
+    moved = slurm_spec() | {"url": "http://elsewhere:6820"}
+    live.publish(uid="u", generation=2, spec=WorkloadMixingSpec.model_validate({"slurm": moved}))
+    new = await slurm.client()
+    assert new.base_url != old_url
+    assert closed == []  # the first call still runs on the old client
+    gate.set()
+    assert await first == old_url
+    assert closed == [old_url]
+    await slurm.close()
+    assert closed == [old_url, new.base_url]

@@ -1,0 +1,285 @@
+"""reconcilers.slurm.decide: jobs Slurm would not start yet, the bridge's holds against an
+administrator's, the safety net that gives capacity back, and lost nodes.
+
+Each of these once wasted or deadlocked shared quota, or overrode somebody's intent: a dependent job
+holding the quota its own dependency needed, a ``--begin`` an hour ahead holding quota for the hour,
+an administrator's ``scontrol hold`` released on admission, a slurmd pod deleted under a running job
+with nothing noticed.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from bridge.admission import JobSetState, WorkloadState
+from bridge.api.slurm_job import SlurmJob
+from reconcilers.slurm import (
+    COMMENT_PREFIX,
+    Hold,
+    MarkHeld,
+    Phase,
+    PinAndRelease,
+    PodsView,
+    RequeueHold,
+    WriteComment,
+    decide,
+    waiting_comment,
+)
+from reconcilers.slurm_waiting import (
+    RETRY_AFTER_GIVE_BACK,
+    BridgeHold,
+    blocked_reason,
+    not_starting_reason,
+)
+from tests.fixtures.slurm_decisions import (
+    IDLE,
+    NAMES,
+    job,
+    jobset,
+    kinds,
+    observe,
+    released,
+    running,
+    workload,
+)
+
+T0 = datetime(2026, 12, 2, 1, 0, 0, tzinfo=UTC)
+NOW = T0.timestamp()
+AN_ADMINS_HOLD = {"state_reason": "JobHeldAdmin", "admin_comment": ""}
+
+
+# --- not bridged until Slurm would start it -------------------------------------------------------
+
+
+def test_a_job_waiting_for_its_dependency_gets_no_jobset_and_says_why() -> None:
+    """The deadlock of a dependent job holding the quota its dependency needs cannot happen: it never
+    asks Kueue for any while the dependency is unmet."""
+    dependent = job(state_reason="JobHeldUser", admin_comment="", dependency="afterok:41(unfulfilled)")
+    d = decide(observe(dependent, now=NOW))
+    assert kinds(d) == ["write_comment"]
+    (comment,) = d.actions
+    assert isinstance(comment, WriteComment)
+    assert comment.text == waiting_comment(
+        "it waits for its dependency (afterok:41(unfulfilled)); bridged once Slurm could start it"
+    )
+    assert comment.text.startswith(COMMENT_PREFIX)
+    assert d.needs_confirmation  # its user may have written a comment since the poll
+    assert d.phase is Phase.WAITING
+    assert d.requeue_after is None  # Slurm updates the job when the dependency changes: a poll sees it
+    # Said once: nothing more to do while the comment is there.
+    assert decide(observe(dependent.model_copy(update={"comment": comment.text}), now=NOW)).actions == ()
+    # Fulfilled (Slurm removes the entry): bridged, and the bridge's reason cleared.
+    fulfilled = dependent.model_copy(update={"dependency": "", "comment": comment.text})
+    assert kinds(decide(observe(fulfilled, now=NOW))) == ["create_jobset", "clear_comment"]
+
+
+def test_a_failed_dependency_is_named_as_never_satisfiable() -> None:
+    reason = blocked_reason(job(dependency="afterok:41(failed)"), now=NOW)
+    assert reason is not None
+    assert "can never be satisfied" in reason
+
+
+def test_a_users_own_comment_is_kept_while_the_job_waits() -> None:
+    d = decide(observe(job(dependency="afterany:41(unfulfilled)", comment="my run"), now=NOW))
+    assert d.actions == ()
+    assert d.phase is Phase.WAITING
+
+
+def test_a_begin_time_ahead_keeps_the_job_unbridged_until_then() -> None:
+    later = job(eligible_time=T0 + timedelta(hours=1))
+    d = decide(observe(later, now=NOW))
+    assert kinds(d) == ["write_comment"]
+    assert "may not start before 2026-12-02T02:00:00Z (--begin)" in d.why
+    assert d.requeue_after is not None
+    assert 1.0 <= d.requeue_after <= 60.0  # no event marks the time: the bridge looks again itself
+    at_begin = (T0 + timedelta(hours=1, seconds=1)).timestamp()
+    assert kinds(decide(observe(later, now=at_begin))) == ["create_jobset"]
+
+
+def test_slurms_own_requeue_delay_is_not_a_users_begin_time() -> None:
+    """A requeue resets the submit time and puts the begin 121 s later: that job is on its way back,
+    and the release sets the begin time to now."""
+    requeued = job(restart_count=1, submit_time=T0, eligible_time=T0 + timedelta(seconds=121))
+    assert blocked_reason(requeued, now=NOW + 5) is None
+    users = requeued.model_copy(update={"eligible_time": T0 + timedelta(hours=3)})
+    assert blocked_reason(users, now=NOW + 5) is not None
+
+
+def test_a_bridged_job_that_gains_a_dependency_gives_its_capacity_back() -> None:
+    """``scontrol update jobid=X dependency=...`` after its JobSet was made, or a bridge upgrade: the
+    JobSet goes (confirmed on a fresh read), and with it the quota."""
+    d = decide(
+        observe(
+            job(dependency="afterok:41(unfulfilled)"), js=jobset(), wl=workload(WorkloadState.ADMITTED),
+            nodes=IDLE, pods=PodsView(active=2, running=2, present=2), now=NOW,
+        )
+    )  # fmt: skip
+    assert "delete_jobset" in kinds(d)
+    assert "pin_and_release" not in kinds(d)
+    assert d.needs_confirmation
+    assert d.phase is Phase.WAITING
+
+
+# --- an administrator's hold is respected ------------------------------------------------------------
+
+
+def test_an_administrators_hold_is_not_bridged() -> None:
+    d = decide(observe(job(**AN_ADMINS_HOLD), now=NOW))
+    assert kinds(d) == ["write_comment"]
+    assert "held by an administrator" in d.why
+    assert d.phase is Phase.WAITING
+
+
+def test_a_bridged_job_held_by_an_administrator_gives_its_quota_back_and_is_never_marked() -> None:
+    d = decide(observe(job(**AN_ADMINS_HOLD), js=jobset(), wl=workload(WorkloadState.ADMITTED), nodes=IDLE))
+    assert "pin_and_release" not in kinds(d)
+    assert "delete_jobset" in kinds(d)
+    assert not any(isinstance(a, MarkHeld) for a in d.actions)
+
+
+def test_an_older_bridges_jobset_vouches_for_its_unmarked_admin_hold() -> None:
+    """JobSets made before holds were marked: the unmarked admin hold is the bridge's conversion."""
+    o = observe(
+        job(**AN_ADMINS_HOLD), js=jobset(state=JobSetState.ACTIVE), wl=workload(WorkloadState.ADMITTED),
+        nodes=IDLE, jobset_marks_holds=False,
+    )  # fmt: skip
+    assert kinds(decide(o)) == ["pin_and_release"]
+    # And once that JobSet goes (here: it ended before the job ran), the hold is marked first.
+    ended = observe(job(**AN_ADMINS_HOLD), js=jobset(state=JobSetState.FAILED), jobset_marks_holds=False)
+    assert kinds(decide(ended))[0] == "mark_held"
+
+
+def test_every_hold_the_bridge_makes_carries_its_mark() -> None:
+    guard = decide(observe(job(hold=False, state_reason="Priority", admin_comment="")))
+    (hold,) = guard.actions
+    assert isinstance(hold, Hold)
+    assert BridgeHold.parse(hold.admin_comment or "") == BridgeHold()
+    user_held = job(state_reason="JobHeldUser", admin_comment="")
+    (convert,) = decide(observe(user_held, js=jobset(), wl=workload(WorkloadState.PENDING))).actions
+    assert isinstance(convert, Hold)
+    assert convert.admin_comment == BridgeHold().text()
+
+
+def test_the_release_clears_the_bridges_comment_and_mark() -> None:
+    """So that a later ``scontrol hold`` of the running or released job is seen as an administrator's."""
+    waited = job(comment=COMMENT_PREFIX + "queued", admin_comment=BridgeHold().text())
+    d = decide(observe(waited, js=jobset(), wl=workload(WorkloadState.ADMITTED), nodes=IDLE))
+    (pin,) = d.actions
+    assert isinstance(pin, PinAndRelease)
+    assert pin.clear_comment
+    assert pin.clear_admin_comment
+    (pin,) = decide(
+        observe(job(comment="mine"), js=jobset(), wl=workload(WorkloadState.ADMITTED), nodes=IDLE)
+    ).actions
+    assert isinstance(pin, PinAndRelease)
+    assert not pin.clear_comment
+
+
+# --- the safety net: a released job Slurm keeps pending gives its capacity back --------------------
+
+
+@pytest.mark.parametrize(
+    "reason", ["AssocGrpCpuLimit", "QOSMaxJobsPerUserLimit", "Reservation", "Dependency"]
+)
+def test_a_released_job_slurm_will_not_start_is_held_again_with_the_reason(reason: str) -> None:
+    d = decide(
+        observe(released(state_reason=reason), js=jobset(state=JobSetState.ACTIVE),
+                wl=workload(WorkloadState.ADMITTED), nodes=IDLE, now=NOW)
+    )  # fmt: skip
+    (hold,) = d.actions
+    assert isinstance(hold, Hold)
+    assert hold.unpin == NAMES  # its nodes go next
+    assert hold.event == "GivenBack"
+    record = BridgeHold.parse(hold.admin_comment or "")
+    assert record == BridgeHold(retry_after=int(NOW) + RETRY_AFTER_GIVE_BACK, reason=reason)
+    assert hold.comment is not None
+    assert f"Reason={reason}" in hold.comment
+    assert d.needs_confirmation
+
+
+@pytest.mark.parametrize("reason", ["None", "Priority", "Resources", "Prolog", "ReqNodeNotAvail"])
+def test_a_released_job_about_to_start_is_left_to_slurm(reason: str) -> None:
+    assert not_starting_reason(released(state_reason=reason)) is None
+    d = decide(observe(released(state_reason=reason), js=jobset(state=JobSetState.ACTIVE),
+                       wl=workload(WorkloadState.ADMITTED), nodes=IDLE, now=NOW))  # fmt: skip
+    assert d.actions == ()
+    assert d.phase is Phase.RELEASING
+
+
+def test_a_job_given_back_loses_its_jobset_then_waits_for_its_retry_time() -> None:
+    given_back = job(admin_comment=BridgeHold(retry_after=int(NOW) + 300, reason="AssocGrpCpuLimit").text())
+    with_jobset = decide(
+        observe(given_back, js=jobset(state=JobSetState.ACTIVE), wl=workload(WorkloadState.ADMITTED),
+                nodes=IDLE, pods=PodsView(active=2, running=2, present=2), now=NOW)
+    )  # fmt: skip
+    assert kinds(with_jobset)[:2] == ["drain_nodes", "delete_jobset"]
+    without = decide(observe(given_back, now=NOW + 10))
+    assert without.phase is Phase.WAITING
+    assert "Reason=AssocGrpCpuLimit" in without.why
+    assert without.requeue_after == 60.0
+    assert kinds(decide(observe(given_back, now=NOW + 301))) == ["create_jobset"]
+
+
+# --- a lost node is a preemption ------------------------------------------------------------------
+
+LOST = PodsView(active=1, running=1, present=2, lost=("slurm-hpc-42-slurmd-0-1-abcde: Succeeded",))
+
+
+def test_a_running_job_that_loses_a_slurmd_pod_is_requeue_held_and_its_jobset_replaced() -> None:
+    d = decide(
+        observe(running(), js=jobset(state=JobSetState.ACTIVE), wl=workload(WorkloadState.ADMITTED),
+                nodes=IDLE, pods=LOST)
+    )  # fmt: skip
+    assert kinds(d) == ["requeue_hold", "delete_jobset"]
+    requeue = d.actions[0]
+    assert isinstance(requeue, RequeueHold)
+    assert "lost 1 slurmd pod(s) (slurm-hpc-42-slurmd-0-1-abcde: Succeeded)" in requeue.reason
+    assert d.needs_confirmation
+    assert d.phase is Phase.EVICTED
+
+
+def test_a_released_job_that_loses_a_slurmd_pod_is_held_and_its_jobset_replaced() -> None:
+    d = decide(
+        observe(released(), js=jobset(state=JobSetState.ACTIVE), wl=workload(WorkloadState.ADMITTED),
+                nodes=IDLE, pods=LOST)
+    )  # fmt: skip
+    assert kinds(d) == ["hold", "delete_jobset"]
+    hold = d.actions[0]
+    assert isinstance(hold, Hold)
+    assert hold.unpin == NAMES
+    assert hold.event == "NodeLost"
+
+
+def test_an_admitted_job_whose_slurmd_pod_ended_before_the_release_gets_a_new_jobset() -> None:
+    """The JobSet's Job counts that index done and will not bring it back: waiting would be forever."""
+    d = decide(observe(job(), js=jobset(state=JobSetState.ACTIVE), wl=workload(WorkloadState.ADMITTED),
+                       nodes=IDLE[:1], pods=LOST))  # fmt: skip
+    assert kinds(d) == ["delete_jobset"]
+
+
+def test_pods_going_because_kueue_takes_the_capacity_back_are_no_lost_node() -> None:
+    """Kueue suspends the JobSet first, and the Workload says so: that is the preemption rows' case."""
+    suspended = decide(observe(running(), js=jobset(), wl=workload(WorkloadState.ADMITTED), pods=LOST))
+    assert "delete_jobset" not in kinds(suspended)
+    preempted = decide(
+        observe(
+            running(), js=jobset(state=JobSetState.ACTIVE), wl=workload(WorkloadState.PREEMPTED), pods=LOST
+        )
+    )
+    assert kinds(preempted) == ["requeue_hold"]
+
+
+def test_once_replaced_the_lost_job_runs_again_only_through_kueue() -> None:
+    """After the requeue-hold the old JobSet is deleting; the job, held again, loses its nodes, and a
+    new JobSet is made once the old one is gone."""
+    requeued = job(state_reason="JobHeldUser", required_nodes=NAMES, features="bridge-job-42")
+    going = decide(observe(requeued, js=jobset(state=JobSetState.ACTIVE, deleting=True), nodes=IDLE))
+    assert isinstance(going.actions[0], Hold)  # unpinned before its nodes go
+    gone = decide(observe(requeued.model_copy(update={"required_nodes": ()}), now=NOW))
+    assert kinds(gone) == ["create_jobset"]
+
+
+def test_a_slurm_job_stuck_pending_without_reason_stays_in_slurms_hands() -> None:
+    assert not_starting_reason(SlurmJob(job_id=1, state_reason="")) is None
