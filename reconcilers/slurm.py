@@ -141,6 +141,7 @@ __all__ = [
     "Decision",
     "DeleteJobSet",
     "DeleteNodes",
+    "DownNodes",
     "DrainNodes",
     "Hold",
     "MarkHeld",
@@ -254,6 +255,15 @@ class DeleteJobSet(Action):
 @dataclass(frozen=True, kw_only=True)
 class DrainNodes(Action):
     kind: ClassVar[str] = "drain_nodes"
+    names: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class DownNodes(Action):
+    """Set nodes DOWN whose slurmd will never answer again, so that Slurm finishes their job."""
+
+    kind: ClassVar[str] = "down_nodes"
     names: tuple[str, ...]
     reason: str
 
@@ -582,6 +592,23 @@ def _cleanup(
     # could exist unseen (registered after the last node poll): those must not leak when the
     # finalizer goes. A node that registers after this pass is seen at the next node poll, which
     # reconciles the job again (row 1 deletes it, JobSet or not).
+    if o.job is not None and o.job.is_completing and o.nodes:
+        # No node of a job still completing is deleted: slurmctld 22.05.8 crashed (segfault) when a
+        # node of a completing job was deleted and another of its nodes was set DOWN afterwards
+        # (docs/slurm-stack-notes.md). Nodes that will never answer are set DOWN, which lets Slurm
+        # finish the job; the nodes go once it has.
+        silent = tuple(
+            n.name for n in o.nodes if "NOT_RESPONDING" in n.state_flags and n.state is not NodeState.DOWN
+        )
+        if silent:
+            actions.append(DownNodes(names=silent, reason=f"k8s-bridge: {why}; its slurmd is gone"))
+        return Decision(
+            actions=tuple(actions),
+            confirm=confirm,
+            requeue_after=WAIT_FOR_SLURM,
+            phase=phase or Phase.FINISHING,
+            why=f"{why}: cleaning up once Slurm has finished completing it",
+        )
     recorded = o.jobset_nodes if _unseen_nodes_could_exist(o) else ()
     names = tuple(dict.fromkeys([*(n.name for n in o.nodes), *recorded]))
     if names:
@@ -1093,6 +1120,8 @@ class SlurmActions(Protocol):
 
     async def drain_node(self, name: str, *, reason: str) -> None: ...
 
+    async def down_node(self, name: str, *, reason: str) -> None: ...
+
     async def delete_node(self, name: str, *, down_if_busy: bool = True, reason: str = ...) -> None: ...
 
 
@@ -1415,6 +1444,7 @@ class SlurmReconciler:
             RemoveFinalizer: self._remove_finalizer,
             DeleteJobSet: self._delete_jobset,
             DrainNodes: self._drain_nodes,
+            DownNodes: self._down_nodes,
             DeleteNodes: self._delete_nodes,
             Hold: self._hold,
             ConvertHold: self._hold,
@@ -1466,6 +1496,11 @@ class SlurmReconciler:
         for name in action.names:
             with contextlib.suppress(InvalidNodeName):
                 await self._slurm.drain_node(name, reason=action.reason)
+
+    async def _down_nodes(self, o: Observed, raw_js: Object | None, action: DownNodes) -> None:
+        for name in action.names:
+            with contextlib.suppress(InvalidNodeName):
+                await self._slurm.down_node(name, reason=action.reason)
 
     async def _delete_nodes(self, o: Observed, raw_js: Object | None, action: DeleteNodes) -> None:
         for name in action.names:

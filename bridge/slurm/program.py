@@ -643,6 +643,9 @@ class LiveSlurm:
     async def drain_node(self, name: str, *, reason: str) -> None:
         await self._call(lambda c: c.drain_node(name, reason=reason))
 
+    async def down_node(self, name: str, *, reason: str) -> None:
+        await self._call(lambda c: c.down_node(name, reason=reason))
+
     async def delete_node(
         self, name: str, *, down_if_busy: bool = True, reason: str = "k8s-bridge: delete"
     ) -> None:

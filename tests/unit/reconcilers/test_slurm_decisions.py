@@ -30,6 +30,7 @@ from reconcilers.slurm import (
     Decision,
     DeleteJobSet,
     DeleteNodes,
+    DownNodes,
     DrainNodes,
     Hold,
     Observed,
@@ -368,11 +369,28 @@ def test_a_users_own_nodelist_is_never_unpinned() -> None:
     assert not any(isinstance(a, Hold) for a in d.actions)
 
 
-def test_job_cancelled_while_running_on_slurm_2205_is_cleaned_up_while_completing() -> None:
+def test_job_cancelled_while_running_on_slurm_2205_keeps_its_nodes_until_it_has_completed() -> None:
+    """The cleanup starts (drain, the JobSet goes) while the job is COMPLETING, but no node of it is
+    deleted before it has completed: slurmctld 22.05.8 crashed when a node of a completing job was
+    deleted and another of its nodes set DOWN afterwards. A node whose slurmd is gone is set DOWN,
+    which lets Slurm finish the job."""
     ending = v0038_job("rest-v0.0.38-scancel-completing.json")
+    assert ending.is_finished
+    assert ending.is_completing
     d = decide(observe(ending, js=jobset(state=JobSetState.ACTIVE), wl=workload(WorkloadState.ADMITTED),
                        nodes=IDLE))  # fmt: skip
-    assert kinds(d) == ["drain_nodes", "delete_jobset", "delete_nodes", "remove_finalizer"]
+    assert kinds(d) == ["drain_nodes", "delete_jobset"]
+    assert d.requeue_after
+    silent = (node("b42-0"), node("b42-1", flags=frozenset({"DYNAMIC_NORM", "COMPLETING", "NOT_RESPONDING"})))
+    d = decide(observe(ending, js=jobset(state=JobSetState.ACTIVE, deleting=True),
+                       wl=workload(WorkloadState.ADMITTED), nodes=silent))  # fmt: skip
+    assert kinds(d) == ["drain_nodes", "down_nodes"]
+    down = d.actions[1]
+    assert isinstance(down, DownNodes)
+    assert down.names == ("b42-1",)
+    done = ending.model_copy(update={"state_flags": frozenset()})
+    d = decide(observe(done, js=jobset(deleting=True), nodes=IDLE))
+    assert kinds(d) == ["drain_nodes", "delete_nodes", "remove_finalizer"]
 
 
 def test_held_again_after_preemption_stale_nodes_go_once_the_pods_are_gone() -> None:

@@ -154,6 +154,9 @@ class FakeSlurm:
     async def drain_node(self, name: str, *, reason: str) -> None:
         self.calls.append(("drain", name))
 
+    async def down_node(self, name: str, *, reason: str) -> None:
+        self.calls.append(("down", name))
+
     async def delete_node(self, name: str, *, down_if_busy: bool = True, reason: str = "") -> None:
         if name in self.gone_nodes:
             raise InvalidNodeName(f"{name} gone", error_number=2018)
