@@ -136,6 +136,7 @@ __all__ = [
     "Action",
     "AddFinalizer",
     "ClearComment",
+    "CommentBudget",
     "ConvertHold",
     "CreateJobSet",
     "Decision",
@@ -387,6 +388,8 @@ class WriteComment(Action):
     needs_confirmation: ClassVar[bool] = True
     """The user may have written a comment of their own since the poll."""
     text: str
+    event: str = ""
+    """The reason of a Warning Event on the JobSet (the text is its note); "": none."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -494,6 +497,11 @@ class Observed:
     max_bridged_jobs: int | None = None
     now: float = 0.0
     """Wall-clock seconds (epoch): begin times and give-back retries are compared with it."""
+    comment_due: bool = True
+    """A comment saying why the job waits in Kueue may be written now (the reconciler bounds how
+    often, per job and in all)."""
+    comment_retry: float | None = None
+    """When not ``comment_due``: seconds until it may be."""
 
 
 def _one_line(text: str) -> str:
@@ -667,6 +675,35 @@ def _polite_comment(job: SlurmJob, text: str) -> tuple[Action, ...]:
     return (WriteComment(text=text),)
 
 
+def _queue_text(wl: WorkloadView | None) -> str | None:
+    """What Kueue says of a Workload that waits, for the job's comment; None when it says nothing.
+
+    Numbers are dropped ("1 more needed"): they change as other jobs are admitted, and each change
+    would be one more write to slurmctld for every job in the queue."""
+    if wl is None or not (wl.reason or wl.message):
+        return None
+    message = re.sub(r",? *[0-9.]+[A-Za-z]* more needed", "", wl.message)
+    return _one_line(f"{COMMENT_PREFIX}queued in Kueue: {wl.reason or 'Pending'}: {message}")
+
+
+def never_admissible(wl: WorkloadView) -> bool:
+    """Kueue will not admit the Workload as things are: its queues are missing or inactive, or its
+    ClusterQueue does not cover a resource it asks for (e.g. ``memory``)."""
+    return wl.reason == "Inadmissible" or "unavailable in ClusterQueue" in wl.message
+
+
+def _queued_comment(o: Observed, job: SlurmJob) -> tuple[Action, ...]:
+    """While Kueue keeps the job waiting, its comment says why (``squeue -o %k``): over an empty
+    comment or the bridge's own only, at a bounded rate (``Observed.comment_due``), with a Warning
+    Event when the Workload can never be admitted as things are."""
+    text = _queue_text(o.workload)
+    if text is None or not o.comment_due or not _polite_comment(job, text):
+        return ()
+    assert o.workload is not None
+    event = "Inadmissible" if never_admissible(o.workload) else ""
+    return (WriteComment(text=text, event=event),)
+
+
 def waiting_comment(reason: str) -> str:
     """The comment on a job the bridge does not bridge yet: one ASCII line."""
     return _one_line(COMMENT_PREFIX + "waiting: " + reason)
@@ -690,7 +727,7 @@ def decide(o: Observed) -> Decision:
         return _decide_running(o, job, set(own))
     # Pending from here on (a requeue-hold passes through COMPLETING first).
     if job.is_completing:
-        return Decision(requeue_after=WAIT_FOR_SLURM, phase=Phase.EVICTED, why="waiting for the requeue")
+        return _wait_for_the_requeue(o)
     if not job.hold:
         return _decide_released(o, job, own_pin)
     # Held and pending.
@@ -708,6 +745,23 @@ def decide(o: Observed) -> Decision:
     return _decide_bridged(o, job)
 
 
+def _wait_for_the_requeue(o: Observed) -> Decision:
+    """A requeue under way (COMPLETING, then PENDING held): Slurm finishes it once every node of the
+    job has answered. A node whose slurmd is gone (a lost node, its pods deleted with the JobSet)
+    never will: it is set DOWN, or the job stays COMPLETING until SlurmdTimeout (300 s by default)."""
+    silent = tuple(
+        n.name for n in o.nodes if "NOT_RESPONDING" in n.state_flags and n.state is not NodeState.DOWN
+    )
+    actions: tuple[Action, ...] = (
+        (DownNodes(names=silent, reason="k8s-bridge: its slurmd is gone; the job is requeued"),)
+        if silent
+        else ()
+    )
+    return Decision(
+        actions=actions, requeue_after=WAIT_FOR_SLURM, phase=Phase.EVICTED, why="waiting for the requeue"
+    )
+
+
 def _decide_jobset_deleting(o: Observed, job: SlurmJob, own_pin: tuple[str, ...]) -> Decision:
     """The JobSet is being deleted by someone while the job lives: take the capacity back first,
     then clean up; once it is gone, a held job gets a new one (``_decide_unbridged``)."""
@@ -719,7 +773,7 @@ def _decide_jobset_deleting(o: Observed, job: SlurmJob, own_pin: tuple[str, ...]
             why="JobSet deleted under a running job: requeue-hold",
         )
     if job.is_completing:
-        return Decision(requeue_after=WAIT_FOR_SLURM, phase=Phase.EVICTED, why="waiting for the requeue")
+        return _wait_for_the_requeue(o)
     if not job.hold:
         return Decision(
             actions=(Hold(reason="its JobSet is being deleted", unpin=own_pin, admin_comment=_mark(job)),),
@@ -979,8 +1033,12 @@ def _decide_bridged(o: Observed, job: SlurmJob) -> Decision:
             convert = (
                 ConvertHold(reason="user hold turned into the bridge's admin hold", admin_comment=_mark(job)),
             )
+        told = _queued_comment(o, job)
         return Decision(
-            actions=(*pre, *convert), phase=Phase.QUEUED, why=f"waiting for Kueue (Workload {state})"
+            actions=(*pre, *convert, *told),
+            phase=Phase.QUEUED,
+            requeue_after=o.comment_retry if not told and _queue_text(wl) is not None else None,
+            why=f"waiting for Kueue (Workload {state})",
         )
     if wl.state in (WorkloadState.EVICTED, WorkloadState.PREEMPTED):
         # Stale nodes of the evicted pods go once the pods are gone; re-admission registers them anew.
@@ -1145,6 +1203,52 @@ class JobSource(Protocol):
     def trigger(self) -> None: ...
 
 
+class CommentBudget:
+    """How often the bridge may write a job's "why it waits" comment: once a ``per_job`` seconds for
+    one job, and ``rate`` a second for all of them (``burst`` at once). A queue of thousands of jobs
+    then costs slurmctld a few writes a second, not one per job per change. In memory only: a restart
+    writes comments a little sooner, nothing else."""
+
+    def __init__(
+        self,
+        *,
+        per_job: float = 60.0,
+        rate: float = 5.0,
+        burst: float = 20.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._per_job = per_job
+        self._rate = rate
+        self._burst = burst
+        self._clock = clock
+        self._tokens = burst
+        self._at = clock()
+        self._last: dict[str, float] = {}
+
+    def _refill(self) -> float:
+        now = self._clock()
+        self._tokens = min(self._burst, self._tokens + (now - self._at) * self._rate)
+        self._at = now
+        return now
+
+    def wait(self, key: str) -> float:
+        """Seconds until a comment of ``key`` may be written (0: now)."""
+        now = self._refill()
+        per_job = self._last.get(key, -self._per_job) + self._per_job - now
+        overall = 0.0 if self._tokens >= 1 else (1 - self._tokens) / self._rate
+        return max(0.0, per_job, overall)
+
+    def spend(self, key: str) -> None:
+        self._last[key] = self._refill()
+        self._tokens -= 1
+        if len(self._last) > 65536:  # forget the oldest half: jobs long gone
+            for old in sorted(self._last, key=self._last.__getitem__)[: len(self._last) // 2]:
+                del self._last[old]
+
+    def forget(self, key: str) -> None:
+        self._last.pop(key, None)
+
+
 class SlurmObserver:
     """Gathers the :class:`Observed` of one job from the caches: the reconciler's eyes, and
     ``explain``'s, so that the two can never disagree on what they see."""
@@ -1284,6 +1388,7 @@ class SlurmReconciler:
         self._on_phases = on_phases
         self._wall_clock = wall_clock
         self._clock = clock
+        self._comments = CommentBudget(clock=clock)
         self.phases: dict[str, Phase] = {}
         self._queued_at: dict[str, float] = {}
         self._admitted_at: dict[str, float] = {}
@@ -1313,7 +1418,12 @@ class SlurmReconciler:
         return self.observer.cluster()
 
     def observe(self, job_id: int, job: SlurmJob | None) -> tuple[Observed, Object | None]:
-        return self.observer.observe(job_id, job)
+        """The observer's, plus whether a comment may be written now (``CommentBudget``)."""
+        observed, raw_js = self.observer.observe(job_id, job)
+        wait = self._comments.wait(job_key(self.cluster(), job_id))
+        if wait > 0:
+            observed = replace(observed, comment_due=False, comment_retry=max(1.0, wait))
+        return observed, raw_js
 
     async def _fresh_job(self, job_id: int) -> SlurmJob | None:
         try:
@@ -1375,6 +1485,7 @@ class SlurmReconciler:
     def _track_phase(self, key: str, phase: Phase | None) -> None:
         now = self._clock()
         if phase is None:
+            self._comments.forget(key)
             self.phases.pop(key, None)
             self._queued_at.pop(key, None)
             self._admitted_at.pop(key, None)
@@ -1565,7 +1676,10 @@ class SlurmReconciler:
         await self._slurm.set_comment(o.job_id, "")
 
     async def _write_comment(self, o: Observed, raw_js: Object | None, action: WriteComment) -> None:
+        self._comments.spend(job_key(self.cluster(), o.job_id))
         await self._slurm.set_comment(o.job_id, action.text)
+        if action.event and raw_js is not None:
+            await self._event(raw_js, "Warning", action.event, f"Slurm job {o.job_id}: {action.text}")
 
     async def _mark_held(self, o: Observed, raw_js: Object | None, action: MarkHeld) -> None:
         await self._slurm.set_admin_comment(o.job_id, action.admin_comment)

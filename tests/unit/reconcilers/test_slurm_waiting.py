@@ -9,14 +9,17 @@ with nothing noticed.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bridge.admission import JobSetState, WorkloadState
+from bridge.admission import JobSetState, WorkloadState, WorkloadView
 from bridge.api.slurm_job import SlurmJob
 from reconcilers.slurm import (
     COMMENT_PREFIX,
+    CommentBudget,
+    DownNodes,
     Hold,
     MarkHeld,
     Phase,
@@ -39,6 +42,7 @@ from tests.fixtures.slurm_decisions import (
     job,
     jobset,
     kinds,
+    node,
     observe,
     released,
     running,
@@ -283,3 +287,79 @@ def test_once_replaced_the_lost_job_runs_again_only_through_kueue() -> None:
 
 def test_a_slurm_job_stuck_pending_without_reason_stays_in_slurms_hands() -> None:
     assert not_starting_reason(SlurmJob(job_id=1, state_reason="")) is None
+
+
+# --- while the job waits in Kueue, its comment says why --------------------------------------------
+
+
+def pending(message: str, reason: str = "Pending") -> WorkloadView:
+    return replace(workload(WorkloadState.PENDING, reason), message=message)
+
+
+def test_a_queued_job_says_in_its_comment_what_kueue_says() -> None:
+    wl = pending(
+        "couldn't assign flavors to pod set slurmd: "
+        "insufficient unused quota for cpu in flavor default, 1 more needed"
+    )
+    d = decide(observe(job(), js=jobset(), wl=wl))
+    (comment,) = d.actions
+    assert isinstance(comment, WriteComment)
+    assert comment.text == (
+        "k8s-bridge: queued in Kueue: Pending: couldn't assign flavors to pod set slurmd: "
+        "insufficient unused quota for cpu in flavor default"
+    )  # no number: it changes with every admission, and each change would be a write per job
+    assert comment.event == ""
+    assert d.needs_confirmation
+    same = decide(
+        observe(
+            job(comment=comment.text),
+            js=jobset(),
+            wl=replace(wl, message=wl.message.replace("1 more", "2 more")),
+        )
+    )
+    assert same.actions == ()
+
+
+def test_a_workload_kueue_can_never_admit_gets_its_reason_and_an_event() -> None:
+    wl = pending("couldn't assign flavors to pod set slurmd: resource memory unavailable in ClusterQueue")
+    (comment,) = decide(observe(job(), js=jobset(), wl=wl)).actions
+    assert isinstance(comment, WriteComment)
+    assert comment.event == "Inadmissible"
+    missing = pending("LocalQueue hpc doesn't exist", reason="Inadmissible")
+    (comment,) = decide(observe(job(), js=jobset(), wl=missing)).actions
+    assert isinstance(comment, WriteComment)
+    assert comment.event == "Inadmissible"
+
+
+def test_the_queued_comment_is_written_at_a_bounded_rate_and_never_over_a_users() -> None:
+    wl = pending("insufficient unused quota for cpu in flavor default, 1 more needed")
+    later = decide(observe(job(), js=jobset(), wl=wl, comment_due=False, comment_retry=12.0))
+    assert later.actions == ()
+    assert later.requeue_after == 12.0  # looked at again when it may be written
+    assert decide(observe(job(comment="mine"), js=jobset(), wl=wl)).actions == ()
+
+
+def test_the_comment_budget_bounds_each_job_and_all_of_them() -> None:
+    now = [0.0]
+    budget = CommentBudget(per_job=60, rate=2, burst=2, clock=lambda: now[0])
+    assert budget.wait("a") == 0
+    budget.spend("a")
+    assert budget.wait("a") == 60  # once a minute per job
+    assert budget.wait("b") == 0
+    budget.spend("b")
+    assert budget.wait("c") == pytest.approx(0.5)  # the burst is spent: two a second for all
+    now[0] = 0.5
+    assert budget.wait("c") == 0
+    now[0] = 61
+    assert budget.wait("a") == 0
+
+
+def test_a_requeue_waiting_on_a_silent_node_sets_it_down() -> None:
+    """Its pods went with the lost-node replacement: slurmctld would wait SlurmdTimeout otherwise."""
+    requeuing = job(state_flags=frozenset({"COMPLETING"}), state_reason="JobHeldUser")
+    silent = (node("b42-0"), node("b42-1", flags=frozenset({"DYNAMIC_NORM", "NOT_RESPONDING"})))
+    d = decide(observe(requeuing, js=jobset(state=JobSetState.ACTIVE, deleting=True), nodes=silent))
+    (down,) = d.actions
+    assert isinstance(down, DownNodes)
+    assert down.names == ("b42-1",)
+    assert d.requeue_after
