@@ -99,6 +99,7 @@ from reconcilers.slurm_waiting import (
     BridgeHold,
     begin_time_is_slurms_requeue_delay,
     blocked_reason,
+    dependency_ids,
     is_a_persons_admin_hold,
     not_starting_reason,
     retry_after_give_back,
@@ -130,6 +131,7 @@ from translators.slurm import (
 __all__ = [
     "COMMENT_PREFIX",
     "FIELD_MANAGER",
+    "INDEX_DEPENDS_ON",
     "INDEX_JOB",
     "INDEX_JOB_UID",
     "RELEASE_PRIORITY",
@@ -159,6 +161,7 @@ __all__ = [
     "SlurmReconciler",
     "WriteComment",
     "decide",
+    "dependency_keys",
     "jobset_job_keys",
     "node_job_id",
     "node_job_keys",
@@ -192,6 +195,8 @@ WAIT_FOR_SLURM = 1.0
 """Seconds between looks while Slurm carries out a requeue-hold (COMPLETING -> PENDING held)."""
 WAIT_FOR_BEGIN = 60.0
 """Longest wait between looks at a job that is not bridged until a time (its begin time, a retry)."""
+WAIT_FOR_DEPENDENCY = 30.0
+"""Seconds between looks at a job waiting for a dependency on a job outside the bridged partitions."""
 WAIT_FOR_SLOT = 10.0
 """Seconds between looks while ``limits.maxBridgedJobs`` JobSets exist."""
 SLURM_RETRY = 5.0
@@ -497,6 +502,9 @@ class Observed:
     max_bridged_jobs: int | None = None
     now: float = 0.0
     """Wall-clock seconds (epoch): begin times and give-back retries are compared with it."""
+    dependees: Mapping[int, SlurmJob | None] | None = None
+    """The jobs this job depends on, as last polled (None: gone from slurmctld); None when it depends
+    on none, or nobody looked."""
     comment_due: bool = True
     """A comment saying why the job waits in Kueue may be written now (the reconciler bounds how
     often, per job and in all)."""
@@ -962,10 +970,14 @@ def _waiting_reason(o: Observed, job: SlurmJob) -> tuple[str, float | None] | No
     """Why a servable held job is not bridged now, and when to look again (None: on a change)."""
     if _held_by_a_person(o, job):
         return "held by an administrator; bridged once released", None
-    blocked = blocked_reason(job, now=o.now)
+    blocked = blocked_reason(job, now=o.now, dependees=o.dependees)
     if blocked is not None:
         begin = job.eligible_time.timestamp() if job.eligible_time is not None else 0.0
         look_again = max(1.0, min(begin - o.now, WAIT_FOR_BEGIN)) if begin > o.now else None
+        if job.dependency and look_again is None:
+            # A dependee in the bridged partitions reconciles this job when it changes (the job
+            # source's dependents index); one elsewhere is not polled: look again now and then.
+            look_again = WAIT_FOR_DEPENDENCY
         return f"{blocked}; bridged once Slurm could start it", look_again
     retry = retry_after_give_back(job, now=o.now)
     if retry is not None:
@@ -1137,6 +1149,18 @@ def node_job_keys(obj: Object) -> list[str]:
     return [str(job_id)] if job_id is not None else []
 
 
+INDEX_DEPENDS_ON = "depends-on"
+"""Job source index: the ids (as strings) of the jobs a job depends on."""
+
+
+def dependency_keys(obj: Object) -> list[str]:
+    """Index of the job source: the jobs this job depends on, so that their changes reconcile it."""
+    job = obj.get("job")
+    if not isinstance(job, SlurmJob) or not job.dependency:
+        return []
+    return [str(i) for i in dependency_ids(job)]
+
+
 def request_for_key(key: str) -> Request:
     cluster, _, job_id = key.rpartition("/")
     return Request(cluster, job_id)
@@ -1199,6 +1223,10 @@ class JobSource(Protocol):
     """What the reconciler needs of :class:`bridge.slurm.source.SlurmJobSource`."""
 
     def job(self, job_id: int) -> SlurmJob | None: ...
+
+    def any_job(self, job_id: int) -> SlurmJob | None:
+        """Any job of the last poll, in whatever partition (None: not in slurmctld)."""
+        ...
 
     def trigger(self) -> None: ...
 
@@ -1294,8 +1322,11 @@ class SlurmObserver:
             return None
         return min(found, key=lambda o: ("deletionTimestamp" in o["metadata"], o["metadata"].get("name", "")))
 
-    def observe(self, job_id: int, job: SlurmJob | None) -> tuple[Observed, Object | None]:
-        """The observation for one job (``job`` as read from the source or fresh from Slurm)."""
+    def observe(
+        self, job_id: int, job: SlurmJob | None, *, dependees: Mapping[int, SlurmJob | None] | None = None
+    ) -> tuple[Observed, Object | None]:
+        """The observation for one job (``job`` as read from the source or fresh from Slurm), with the
+        jobs it depends on as the caller found them."""
         spec = self._config.spec
         slurm = spec.slurm if spec is not None else None
         cluster = self.cluster()
@@ -1341,6 +1372,7 @@ class SlurmObserver:
             else 0,
             max_bridged_jobs=slurm.limits.max_bridged_jobs if slurm is not None else None,
             now=self._wall_clock(),
+            dependees=dependees,
         )
         return observed, raw_js
 
@@ -1418,8 +1450,14 @@ class SlurmReconciler:
         return self.observer.cluster()
 
     def observe(self, job_id: int, job: SlurmJob | None) -> tuple[Observed, Object | None]:
-        """The observer's, plus whether a comment may be written now (``CommentBudget``)."""
-        observed, raw_js = self.observer.observe(job_id, job)
+        """The observer's, with the jobs it depends on from the job source's last poll, plus whether a
+        comment may be written now (``CommentBudget``)."""
+        dependees = (
+            {i: self._jobs.any_job(i) for i in dependency_ids(job)}
+            if job is not None and job.dependency
+            else None
+        )
+        observed, raw_js = self.observer.observe(job_id, job, dependees=dependees)
         wait = self._comments.wait(job_key(self.cluster(), job_id))
         if wait > 0:
             observed = replace(observed, comment_due=False, comment_retry=max(1.0, wait))

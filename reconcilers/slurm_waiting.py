@@ -20,20 +20,27 @@ Pure functions of a :class:`~bridge.api.slurm_job.SlurmJob` and the time: no I/O
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Literal
 
-from bridge.api.slurm_job import SlurmJob
+from bridge.api.slurm_job import JobState, SlurmJob
 
 __all__ = [
     "ADMIN_COMMENT_PREFIX",
     "RETRY_AFTER_GIVE_BACK",
     "TRANSIENT_REASONS",
     "BridgeHold",
+    "Dependency",
     "begin_time_is_slurms_requeue_delay",
     "blocked_reason",
+    "dependency_ids",
+    "dependency_state",
     "is_a_persons_admin_hold",
     "not_starting_reason",
+    "parse_dependencies",
     "retry_after_give_back",
     "when",
 ]
@@ -118,15 +125,115 @@ def begin_time_is_slurms_requeue_delay(job: SlurmJob) -> bool:
     return 0 < delay <= REQUEUE_DELAY_MAX
 
 
-def blocked_reason(job: SlurmJob, *, now: float) -> str | None:
+@dataclass(frozen=True)
+class Dependency:
+    """One entry of a job's dependency list as Slurm prints it: ``afterok:12(unfulfilled)``,
+    ``after:12+5(unfulfilled)`` (5 minutes after it started), ``singleton(unfulfilled)``."""
+
+    kind: str
+    job_id: int | None
+    minutes: int = 0
+    state: str = ""
+
+
+_ENTRY = re.compile(
+    r"^(?P<kind>[a-z]+)(?::(?P<id>[0-9]{1,12})(?:_(?:[0-9]+|\*))?(?:\+(?P<minutes>[0-9]{1,9}))?)?"
+    r"(?:\((?P<state>[a-z]+)\))?$"
+)
+
+
+def parse_dependencies(text: str) -> tuple[tuple[Dependency, ...], bool]:
+    """The entries of ``text`` and whether any one of them suffices (``?``-separated) rather than all
+    (``,``). Entries Slurm would not print are left out (the safety net has the last word)."""
+    any_of = "?" in text
+    entries = []
+    for raw in re.split(r"[,?]", text):
+        match = _ENTRY.match(raw.strip())
+        if match is None:
+            continue
+        entries.append(
+            Dependency(
+                kind=match["kind"],
+                job_id=int(match["id"]) if match["id"] else None,
+                minutes=int(match["minutes"] or 0),
+                state=match["state"] or "",
+            )
+        )
+    return tuple(entries), any_of
+
+
+def dependency_ids(job: SlurmJob) -> tuple[int, ...]:
+    """The jobs ``job`` depends on (to look up, and to reconcile ``job`` again when they change)."""
+    entries, _ = parse_dependencies(job.dependency)
+    return tuple(dict.fromkeys(e.job_id for e in entries if e.job_id is not None))
+
+
+Verdict = Literal["met", "waits", "failed"]
+
+
+def _verdict(entry: Dependency, dependee: SlurmJob | None, *, now: float) -> Verdict:
+    """Slurm's own rule (``_test_job_dependency_common`` in job_scheduler.c, 22.05 and 24.11), read
+    from the dependee as the bridge sees it. Slurm does not test the dependencies of a held job (its
+    ``job_independent`` returns before), so the text of a held job stays ``(unfulfilled)``: the bridge
+    has to read the dependees itself."""
+    if entry.state == "failed":
+        return "failed"
+    if entry.job_id is None or entry.kind == "singleton":
+        return "met"  # Slurm decides once released (the safety net gives the capacity back if not)
+    if dependee is None:
+        return "met"  # gone from slurmctld: Slurm lifts the dependency too
+    ended = dependee.is_finished and not dependee.is_completing
+    if entry.kind == "after":
+        if dependee.is_pending:
+            return "waits"
+        started = dependee.start_time.timestamp() if dependee.start_time is not None else now
+        return "met" if now - started >= entry.minutes * 60 else "waits"
+    if not ended:
+        return "waits"
+    if entry.kind == "afterok":
+        return "met" if dependee.state is JobState.COMPLETED else "failed"
+    if entry.kind == "afternotok":
+        return "failed" if dependee.state is JobState.COMPLETED else "met"
+    return "met"  # afterany, aftercorr, afterburstbuffer: it has ended
+
+
+def dependency_state(job: SlurmJob, dependees: Mapping[int, SlurmJob | None], *, now: float) -> Verdict:
+    """Whether the job's dependencies are met, can never be, or are still waited for."""
+    entries, any_of = parse_dependencies(job.dependency)
+    verdicts = [
+        _verdict(e, dependees.get(e.job_id) if e.job_id is not None else None, now=now) for e in entries
+    ]
+    if not verdicts:
+        return "met"
+    if any_of:
+        if "met" in verdicts:
+            return "met"
+        return "failed" if all(v == "failed" for v in verdicts) else "waits"
+    if "failed" in verdicts:
+        return "failed"
+    return "met" if all(v == "met" for v in verdicts) else "waits"
+
+
+def blocked_reason(
+    job: SlurmJob, *, now: float, dependees: Mapping[int, SlurmJob | None] | None = None
+) -> str | None:
     """Why Slurm would not start this job now even with its nodes up; None when it would.
 
+    ``dependees``: the jobs it depends on as last seen (None: gone from slurmctld); without them
+    (None) the dependency text alone decides, which Slurm does not update while the job is held.
     A requeued job's begin time that is Slurm's own delay is not a reason: the release sets it to now.
     """
     if job.dependency:
-        if "(failed)" in job.dependency:
-            return f"its dependency can never be satisfied ({ascii(job.dependency)[1:-1][:120]})"
-        return f"it waits for its dependency ({ascii(job.dependency)[1:-1][:120]})"
+        shown = ascii(job.dependency)[1:-1][:120]
+        verdict = (
+            dependency_state(job, dependees, now=now)
+            if dependees is not None
+            else ("failed" if "(failed)" in job.dependency else "waits")
+        )
+        if verdict == "failed":
+            return f"its dependency can never be satisfied ({shown})"
+        if verdict == "waits":
+            return f"it waits for its dependency ({shown})"
     begin = job.eligible_time
     if begin is not None and begin.timestamp() > now and not begin_time_is_slurms_requeue_delay(job):
         return f"it may not start before {when(begin.timestamp())} (--begin)"

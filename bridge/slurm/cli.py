@@ -18,7 +18,15 @@ import re
 from collections.abc import Mapping, Sequence
 
 from .auth import JwtAuth
-from .errors import InvalidJobId, InvalidNodeName, NodesBusy, ScontrolError, SlurmError, SlurmUnavailable
+from .errors import (
+    InvalidJobId,
+    InvalidNodeName,
+    NodesBusy,
+    PartitionConfigUnavailable,
+    ScontrolError,
+    SlurmError,
+    SlurmUnavailable,
+)
 
 __all__ = ["ScontrolCli"]
 
@@ -150,4 +158,6 @@ def _classify(message: str, returncode: int | None) -> SlurmError:
         kind = InvalidNodeName
     elif "invalid job id" in low:
         kind = InvalidJobId
+    elif "partition configuration not available" in low:
+        kind = PartitionConfigUnavailable  # 2015 on a job update: applied (see its docstring)
     return kind(message or f"scontrol exited {returncode}", source="scontrol")

@@ -373,7 +373,10 @@ class SlurmClient:
             raise SlurmUnsupported(
                 f"REST {adapter.version} cannot set an admin comment; configure ScontrolCli"
             )
-        await self.scontrol.set_admin_comment(job_id, text)
+        try:
+            await self.scontrol.set_admin_comment(job_id, text)
+        except PartitionConfigUnavailable as landed:
+            log.debug("job %s admin comment written; Slurm adds: %s", job_id, landed.description)
 
     async def pin_and_release(
         self,

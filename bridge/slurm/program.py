@@ -61,6 +61,7 @@ from bridge.runtime.metrics import REGISTRY
 from bridge.runtime.probes import ProbeServer
 from bridge.runtime.session import Session
 from reconcilers.slurm import (
+    INDEX_DEPENDS_ON,
     INDEX_JOB,
     INDEX_JOB_UID,
     Observed,
@@ -69,6 +70,7 @@ from reconcilers.slurm import (
     SlurmObserver,
     SlurmReconciler,
     decide,
+    dependency_keys,
     jobset_job_keys,
     node_job_id,
     node_job_keys,
@@ -76,6 +78,7 @@ from reconcilers.slurm import (
     request_for_key,
     workload_uid_keys,
 )
+from reconcilers.slurm_waiting import dependency_ids
 from translators.slurm import (
     JOBSET_API_VERSION,
     JOBSET_KIND,
@@ -817,6 +820,7 @@ class SlurmBridge:
             partitions=config.partitions,
             bridged=bridged,
             interval=slurm_spec.poll_interval_seconds if slurm_spec is not None else 2.0,
+            indexers={INDEX_DEPENDS_ON: dependency_keys},
         )
         nodes = SlurmNodeSource(
             slurm=slurm,
@@ -896,7 +900,14 @@ class SlurmBridge:
             max_concurrent_reconciles=s.max_concurrent_reconciles,
             registry=self.registry,
         )
-        controller.watch(jobs)
+
+        def with_dependents(obj: Object) -> list[Request]:
+            """A job's change reconciles it, and the jobs waiting for it (a dependency met)."""
+            key = Request.of(obj)
+            dependents = jobs.store.by_index(INDEX_DEPENDS_ON, key.name)
+            return [key, *(Request.of(d) for d in dependents)]
+
+        controller.watch(jobs, map_to=with_dependents)
         # A node event of a job admitted and waiting for its nodes may be its release: ahead of the
         # ordinary reconciles. Not the pod events: the release needs the node source to show the
         # nodes, and its own event then comes at that priority (a pod of a waiting job only makes the
@@ -1059,7 +1070,13 @@ async def _observe_for_explain(
             observer.pods.put(pod)
     for node in (await slurm.list_nodes()).nodes:
         observer.nodes.put(node_object(node))
-    observed, _ = observer.observe(job.job_id, job)
+    dependees: dict[int, SlurmJob | None] = {}
+    for dependee in dependency_ids(job):
+        try:
+            dependees[dependee] = await slurm.get_job(dependee)
+        except InvalidJobId:
+            dependees[dependee] = None
+    observed, _ = observer.observe(job.job_id, job, dependees=dependees if job.dependency else None)
     return observed
 
 

@@ -152,6 +152,7 @@ class SlurmJobSource(_RecoveringSource):
         partitions: Callable[[], Collection[str]],
         bridged: Callable[[], Collection[int]],
         interval: float,
+        indexers: dict[str, IndexFunc] | None = None,
         backoff: BackoffSettings | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
@@ -163,6 +164,7 @@ class SlurmJobSource(_RecoveringSource):
             key=meta_namespace_key,
             interval=interval,
             transform=None,
+            indexers=indexers,
             backoff=backoff if backoff is not None else source_backoff(interval),
             sleep=sleep,
             rng=rng,
@@ -172,6 +174,7 @@ class SlurmJobSource(_RecoveringSource):
         self._partitions = partitions
         self._bridged = bridged
         self._jobs: tuple[SlurmJob, ...] | None = None
+        self._by_id: dict[int, SlurmJob] | None = None
         self._filter: tuple[str, frozenset[str], frozenset[int]] | None = None
 
     async def _list(self) -> list[Object] | NotModified:
@@ -183,6 +186,7 @@ class SlurmJobSource(_RecoveringSource):
             page = await self._slurm.list_jobs()
         if page is not None:
             self._jobs = page.jobs
+            self._by_id = None
         current = (self._cluster(), frozenset(self._partitions()), frozenset(self._bridged()))
         if page is None and current == self._filter:
             return NOT_MODIFIED
@@ -200,6 +204,13 @@ class SlurmJobSource(_RecoveringSource):
         """The stored job, or None (not in a bridged partition, or gone from slurmctld)."""
         obj = self.store.get(job_key(self._cluster(), job_id))
         return None if obj is None else job_of(obj)
+
+    def any_job(self, job_id: int) -> SlurmJob | None:
+        """Any job of the last poll, whatever its partition (the jobs a bridged job depends on); None
+        when slurmctld did not list it (gone), or before the first poll."""
+        if self._by_id is None:
+            self._by_id = {job.job_id: job for job in self._jobs or ()}
+        return self._by_id.get(job_id)
 
 
 class SlurmNodeSource(_RecoveringSource):

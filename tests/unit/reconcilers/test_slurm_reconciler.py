@@ -79,6 +79,9 @@ class Jobs:
     def job(self, job_id: int) -> SlurmJob | None:
         return self.jobs.get(job_id)
 
+    def any_job(self, job_id: int) -> SlurmJob | None:
+        return self.jobs.get(job_id)
+
     def trigger(self) -> None:
         self.triggers += 1
 

@@ -15,9 +15,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from bridge.admission import JobSetState, WorkloadState, WorkloadView
-from bridge.api.slurm_job import SlurmJob
+from bridge.api.slurm_job import JobState, SlurmJob
 from reconcilers.slurm import (
     COMMENT_PREFIX,
+    WAIT_FOR_DEPENDENCY,
     CommentBudget,
     DownNodes,
     Hold,
@@ -34,6 +35,7 @@ from reconcilers.slurm_waiting import (
     RETRY_AFTER_GIVE_BACK,
     BridgeHold,
     blocked_reason,
+    dependency_state,
     not_starting_reason,
 )
 from tests.fixtures.slurm_decisions import (
@@ -61,7 +63,7 @@ def test_a_job_waiting_for_its_dependency_gets_no_jobset_and_says_why() -> None:
     """The deadlock of a dependent job holding the quota its dependency needs cannot happen: it never
     asks Kueue for any while the dependency is unmet."""
     dependent = job(state_reason="JobHeldUser", admin_comment="", dependency="afterok:41(unfulfilled)")
-    d = decide(observe(dependent, now=NOW))
+    d = decide(observe(dependent, now=NOW, dependees={41: RUNNING_41}))
     assert kinds(d) == ["write_comment"]
     (comment,) = d.actions
     assert isinstance(comment, WriteComment)
@@ -71,22 +73,69 @@ def test_a_job_waiting_for_its_dependency_gets_no_jobset_and_says_why() -> None:
     assert comment.text.startswith(COMMENT_PREFIX)
     assert d.needs_confirmation  # its user may have written a comment since the poll
     assert d.phase is Phase.WAITING
-    assert d.requeue_after is None  # Slurm updates the job when the dependency changes: a poll sees it
+    # 41's change reconciles it (the job source's dependents index); a dependee outside the bridged
+    # partitions is not polled for changes, hence a look now and then.
+    assert d.requeue_after == WAIT_FOR_DEPENDENCY
     # Said once: nothing more to do while the comment is there.
-    assert decide(observe(dependent.model_copy(update={"comment": comment.text}), now=NOW)).actions == ()
-    # Fulfilled (Slurm removes the entry): bridged, and the bridge's reason cleared.
-    fulfilled = dependent.model_copy(update={"dependency": "", "comment": comment.text})
-    assert kinds(decide(observe(fulfilled, now=NOW))) == ["create_jobset", "clear_comment"]
+    said = dependent.model_copy(update={"comment": comment.text})
+    assert decide(observe(said, now=NOW, dependees={41: RUNNING_41})).actions == ()
+    # Met: Slurm leaves the text of a held job as it was, so the bridge reads job 41 itself.
+    done = RUNNING_41.model_copy(update={"state": JobState.COMPLETED})
+    assert kinds(decide(observe(said, now=NOW, dependees={41: done}))) == ["create_jobset", "clear_comment"]
+
+
+RUNNING_41 = SlurmJob(job_id=41, state=JobState.RUNNING, start_time=T0)
 
 
 def test_a_failed_dependency_is_named_as_never_satisfiable() -> None:
     reason = blocked_reason(job(dependency="afterok:41(failed)"), now=NOW)
     assert reason is not None
     assert "can never be satisfied" in reason
+    failed_41 = RUNNING_41.model_copy(update={"state": JobState.FAILED})
+    reason = blocked_reason(job(dependency="afterok:41(unfulfilled)"), now=NOW, dependees={41: failed_41})
+    assert reason is not None
+    assert "can never be satisfied" in reason
+
+
+@pytest.mark.parametrize(
+    ("dependency", "dependee", "verdict"),
+    [
+        ("afterok:41(unfulfilled)", {"state": JobState.RUNNING}, "waits"),
+        ("afterok:41(unfulfilled)", {"state": JobState.COMPLETED}, "met"),
+        (
+            "afterok:41(unfulfilled)",
+            {"state": JobState.COMPLETED, "state_flags": frozenset({"COMPLETING"})},
+            "waits",
+        ),
+        ("afterok:41(unfulfilled)", {"state": JobState.CANCELLED}, "failed"),
+        ("afternotok:41(unfulfilled)", {"state": JobState.FAILED}, "met"),
+        ("afternotok:41(unfulfilled)", {"state": JobState.COMPLETED}, "failed"),
+        ("afterany:41(unfulfilled)", {"state": JobState.TIMEOUT}, "met"),
+        ("after:41(unfulfilled)", {"state": JobState.PENDING}, "waits"),
+        ("after:41(unfulfilled)", {"state": JobState.RUNNING}, "met"),
+        ("after:41+5(unfulfilled)", {"state": JobState.RUNNING}, "waits"),  # 5 minutes after its start
+        ("afterok:41(unfulfilled),afterok:42(unfulfilled)", {"state": JobState.COMPLETED}, "waits"),
+        ("afterok:41(unfulfilled)?afterok:42(unfulfilled)", {"state": JobState.COMPLETED}, "met"),
+        ("afterok:41(unfulfilled)", None, "met"),  # gone from slurmctld: Slurm lifts it too
+        ("singleton(unfulfilled)", {"state": JobState.RUNNING}, "met"),  # Slurm decides once released
+    ],
+)
+def test_dependencies_are_read_as_slurm_reads_them(
+    dependency: str, dependee: dict[str, object] | None, verdict: str
+) -> None:
+    dependees: dict[int, SlurmJob | None] = {
+        41: None if dependee is None else RUNNING_41.model_copy(update=dependee),
+        42: SlurmJob(job_id=42, state=JobState.PENDING),
+    }
+    assert dependency_state(job(dependency=dependency), dependees, now=NOW + 60) == verdict
 
 
 def test_a_users_own_comment_is_kept_while_the_job_waits() -> None:
-    d = decide(observe(job(dependency="afterany:41(unfulfilled)", comment="my run"), now=NOW))
+    d = decide(
+        observe(
+            job(dependency="afterany:41(unfulfilled)", comment="my run"), now=NOW, dependees={41: RUNNING_41}
+        )
+    )
     assert d.actions == ()
     assert d.phase is Phase.WAITING
 
@@ -117,7 +166,7 @@ def test_a_bridged_job_that_gains_a_dependency_gives_its_capacity_back() -> None
     d = decide(
         observe(
             job(dependency="afterok:41(unfulfilled)"), js=jobset(), wl=workload(WorkloadState.ADMITTED),
-            nodes=IDLE, pods=PodsView(active=2, running=2, present=2), now=NOW,
+            nodes=IDLE, pods=PodsView(active=2, running=2, present=2), now=NOW, dependees={41: RUNNING_41},
         )
     )  # fmt: skip
     assert "delete_jobset" in kinds(d)

@@ -34,6 +34,7 @@ from bridge.slurm import (
     SlurmVersionError,
     StaticToken,
 )
+from bridge.slurm.cli import _classify
 
 DATA = Path(__file__).parent / "data"
 TOKEN = "eyJhbGciOiJIUzI1NiJ9.secret-token-value"
@@ -583,3 +584,14 @@ async def test_a_missing_token_file_is_an_auth_error_not_an_oserror(tmp_path: Pa
     token = FileToken(tmp_path / "missing")
     with pytest.raises(SlurmAuthError, match="cannot read the token file"):
         await token.get()
+
+
+async def test_v0038_scontrol_2015_on_the_admin_comment_is_an_update_that_landed(server: Scripted) -> None:
+    class Answers2015(RecordingCli):
+        async def run(self, *args: str) -> str:
+            raise _classify("Requested partition configuration not available now for job 42", 1)
+
+    server.on("POST", "/slurm/v0.0.38/job/42", empty())
+    async with client(server, version="v0.0.38", scontrol=Answers2015()) as slurm:
+        await slurm.hold_job(42, admin_comment="k8s-bridge: held")
+    assert server.seen[0].body == {"hold": True}
