@@ -505,6 +505,10 @@ class Observed:
     dependees: Mapping[int, SlurmJob | None] | None = None
     """The jobs this job depends on, as last polled (None: gone from slurmctld); None when it depends
     on none, or nobody looked."""
+    hold_converted: bool = False
+    """This process turned the job's user hold into the bridge's admin hold already; the job source
+    may show it a poll later (the conversion does not poll at once), and converting again on each
+    event of the queued job would be one write to slurmctld each."""
     comment_due: bool = True
     """A comment saying why the job waits in Kueue may be written now (the reconciler bounds how
     often, per job and in all)."""
@@ -1038,7 +1042,7 @@ def _decide_bridged(o: Observed, job: SlurmJob) -> Decision:
     if wl is None or wl.state in (WorkloadState.PENDING, WorkloadState.QUOTA_RESERVED):
         state = "not made yet" if wl is None else wl.state
         convert: tuple[Action, ...] = ()
-        if job.held_by == "user":
+        if job.held_by == "user" and not o.hold_converted:
             # sbatch's user hold becomes the bridge's admin hold, which the job's user cannot release:
             # best effort (row 11, the guard, still catches a user's release). Not in the later rows:
             # a requeue-hold (also a user hold) is released again soon, or waits for Kueue here.
@@ -1421,6 +1425,7 @@ class SlurmReconciler:
         self._wall_clock = wall_clock
         self._clock = clock
         self._comments = CommentBudget(clock=clock)
+        self._converted: set[str] = set()
         self.phases: dict[str, Phase] = {}
         self._queued_at: dict[str, float] = {}
         self._admitted_at: dict[str, float] = {}
@@ -1458,7 +1463,12 @@ class SlurmReconciler:
             else None
         )
         observed, raw_js = self.observer.observe(job_id, job, dependees=dependees)
-        wait = self._comments.wait(job_key(self.cluster(), job_id))
+        key = job_key(self.cluster(), job_id)
+        if job is not None and job.held_by != "user":
+            self._converted.discard(key)
+        if key in self._converted:
+            observed = replace(observed, hold_converted=True)
+        wait = self._comments.wait(key)
         if wait > 0:
             observed = replace(observed, comment_due=False, comment_retry=max(1.0, wait))
         return observed, raw_js
@@ -1524,6 +1534,7 @@ class SlurmReconciler:
         now = self._clock()
         if phase is None:
             self._comments.forget(key)
+            self._converted.discard(key)
             self.phases.pop(key, None)
             self._queued_at.pop(key, None)
             self._admitted_at.pop(key, None)
@@ -1674,6 +1685,8 @@ class SlurmReconciler:
             log.warning(
                 "Slurm refused the hold; the job stays held as it is", job_id=o.job_id, error=str(exc)
             )
+        if isinstance(action, ConvertHold):  # done, or refused: not tried again on every event
+            self._converted.add(job_key(self.cluster(), o.job_id))
             return
         if action.event and raw_js is not None:
             await self._event(raw_js, "Warning", action.event, f"Slurm job {o.job_id}: {action.reason}")

@@ -110,9 +110,7 @@ async def test_jobs_slurm_would_not_start_take_no_quota_and_an_administrators_ho
     admitted onto the free CPU, released and sat PENDING (Dependency) holding it, so A never got its
     two: a deadlock. C held a CPU for the hour; D was released on admission."""
     cluster = e2e.slurm
-    holder = one_node(e2e, name="holder", script=TASKS_SCRIPT + "sleep 20\n")
-    a = two_nodes(e2e, name="needs-both")
-    b = one_node(e2e, f"--dependency=afterok:{a}", name="after-a")
+    holder = one_node(e2e, name="holder", script=TASKS_SCRIPT + "sleep 40\n")
     c = one_node(e2e, "--begin=now+3600", name="in-an-hour")
     d = one_node(e2e, name="held-by-admin")
     # As root: an administrator's hold, before any bridge saw the job. scontrol reports the 2015 that
@@ -120,7 +118,14 @@ async def test_jobs_slurm_would_not_start_take_no_quota_and_an_administrators_ho
     cluster.scontrol("hold", str(d), check=False)
     assert (await slurm_client.get_job(d)).held_by == "admin"
     bridge = await started_bridge(e2e)
+    a = b = 0
     try:
+        await wait_job(
+            slurm_client, holder, until=lambda j: j.is_running, timeout=JOB_TIMEOUT, what="to run",
+            stack=e2e, bridge=bridge,
+        )  # fmt: skip
+        a = two_nodes(e2e, name="needs-both")
+        b = one_node(e2e, f"--dependency=afterok:{a}", name="after-a")
         for job_id, says in ((b, "waits for its dependency"), (c, "may not start before"),
                              (d, "held by an administrator")):  # fmt: skip
             waiting = await wait_job(
@@ -130,10 +135,6 @@ async def test_jobs_slurm_would_not_start_take_no_quota_and_an_administrators_ho
             assert waiting.comment.startswith("k8s-bridge: waiting: "), waiting.comment
             assert waiting.hold
             assert no_jobset(e2e, job_id)
-        await wait_job(
-            slurm_client, holder, until=lambda j: j.is_running, timeout=JOB_TIMEOUT, what="to run",
-            stack=e2e, bridge=bridge,
-        )  # fmt: skip
         # A waits in Kueue for the CPU the holder has, and says so where its user looks (squeue %k).
         queued = await wait_job(
             slurm_client, a, until=lambda j: j.comment.startswith("k8s-bridge: queued in Kueue"),
@@ -178,7 +179,8 @@ async def test_jobs_slurm_would_not_start_take_no_quota_and_an_administrators_ho
         quiet_log(bridge)
     finally:
         for job_id in (holder, a, b, c, d):
-            scancel(e2e, job_id)
+            if job_id:
+                scancel(e2e, job_id)
     for job_id in (holder, a, b, c, d):
         await wait_gone(e2e, job_id, bridge=bridge)
 

@@ -727,3 +727,14 @@ async def test_max_bridged_jobs_counts_only_this_clusters_jobsets() -> None:
     w.add_jobset(jobset_object())  # job 42's: this cluster's one JobSet
     await w.reconcile("43")
     assert w.kube.calls == []  # the limit is reached for hpc
+
+
+async def test_the_hold_is_converted_once_though_the_source_shows_it_a_poll_later() -> None:
+    """The conversion does not poll at once: every event of the queued job until the next poll would
+    convert again, one write to slurmctld each."""
+    w = user_held_with_its_jobset()
+    await w.reconcile()
+    await w.reconcile()
+    w.slurm.refuse_hold = True
+    await w.reconcile()
+    assert w.slurm.calls == [("hold", 42)]
