@@ -437,6 +437,9 @@ class Decision:
 # --- observation -------------------------------------------------------------------------------
 
 
+_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+
+
 @dataclass(frozen=True, kw_only=True)
 class PodsView:
     """The JobSet's pods, counted."""
@@ -449,6 +452,8 @@ class PodsView:
     lost: tuple[str, ...] = ()
     """Pods that ended (Succeeded, Failed) or are being deleted, each as ``name: what``: a slurmd
     that stops while its job lives is a lost node (slurmd exits 0 on SIGTERM, so Succeeded too)."""
+    active_nodes: frozenset[str] = frozenset()
+    """The Slurm node names (``b<job id>-<completion index>``) whose slurmd pod is active."""
 
     @property
     def ended(self) -> int:
@@ -458,6 +463,7 @@ class PodsView:
     def of(cls, pods: Iterable[Mapping[str, Any]]) -> PodsView:
         active = running = present = 0
         lost: list[str] = []
+        active_nodes: set[str] = set()
         for pod in pods:
             present += 1
             metadata = pod.get("metadata") or {}
@@ -468,7 +474,17 @@ class PodsView:
                 continue
             active += 1
             running += phase == "Running"
-        return cls(active=active, running=running, present=present, lost=tuple(sorted(lost)))
+            labels = metadata.get("labels") or {}
+            job_id, index = labels.get(LABEL_JOB_ID), labels.get(_COMPLETION_INDEX)
+            if job_id is not None and index is not None:
+                active_nodes.add(f"{NODE_NAME_PREFIX}{job_id}-{index}")
+        return cls(
+            active=active,
+            running=running,
+            present=present,
+            lost=tuple(sorted(lost)),
+            active_nodes=frozenset(active_nodes),
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -617,9 +633,7 @@ def _cleanup(
         # node of a completing job was deleted and another of its nodes was set DOWN afterwards
         # (docs/slurm-stack-notes.md). Nodes that will never answer are set DOWN, which lets Slurm
         # finish the job; the nodes go once it has.
-        silent = tuple(
-            n.name for n in o.nodes if "NOT_RESPONDING" in n.state_flags and n.state is not NodeState.DOWN
-        )
+        silent = _silent_nodes(o)
         if silent:
             actions.append(DownNodes(names=silent, reason=f"k8s-bridge: {why}; its slurmd is gone"))
         return Decision(
@@ -757,13 +771,23 @@ def decide(o: Observed) -> Decision:
     return _decide_bridged(o, job)
 
 
+def _silent_nodes(o: Observed) -> tuple[str, ...]:
+    """The job's nodes, not DOWN yet, that will never answer again: slurmctld says so
+    (NOT_RESPONDING), or no active slurmd pod stands behind them (deleted, ended). slurmctld notices
+    a silent node only after its message timeouts, a minute or more."""
+    return tuple(
+        n.name
+        for n in o.nodes
+        if n.state is not NodeState.DOWN
+        and ("NOT_RESPONDING" in n.state_flags or n.name not in o.pods.active_nodes)
+    )
+
+
 def _wait_for_the_requeue(o: Observed) -> Decision:
     """A requeue under way (COMPLETING, then PENDING held): Slurm finishes it once every node of the
     job has answered. A node whose slurmd is gone (a lost node, its pods deleted with the JobSet)
     never will: it is set DOWN, or the job stays COMPLETING until SlurmdTimeout (300 s by default)."""
-    silent = tuple(
-        n.name for n in o.nodes if "NOT_RESPONDING" in n.state_flags and n.state is not NodeState.DOWN
-    )
+    silent = _silent_nodes(o)
     actions: tuple[Action, ...] = (
         (DownNodes(names=silent, reason="k8s-bridge: its slurmd is gone; the job is requeued"),)
         if silent

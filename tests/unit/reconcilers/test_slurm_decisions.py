@@ -310,13 +310,13 @@ def test_requeue_hold_under_way_on_slurm_2205_keeps_the_jobset(wl: WorkloadView)
     JobSet keeps its place in Kueue's queue and is resumed when re-admitted)."""
     requeuing = v0038_job("rest-v0.0.38-requeuehold-completing.json")
     d = decide(observe(requeuing, js=jobset(state=JobSetState.ACTIVE), wl=wl, nodes=IDLE,
-                       pods=PodsView(active=2, running=2)))  # fmt: skip
+                       pods=PodsView(active=2, running=2, active_nodes=frozenset(NAMES))))  # fmt: skip
     assert d.actions == ()
     assert d.requeue_after
     assert d.phase is Phase.EVICTED
     held = v0038_job("rest-v0.0.38-requeuehold-pending.json")
     d = decide(observe(held, js=jobset(), wl=workload(WorkloadState.PREEMPTED), nodes=IDLE,
-                       pods=PodsView(active=2, running=2)))  # fmt: skip
+                       pods=PodsView(active=2, running=2, active_nodes=frozenset(NAMES))))  # fmt: skip
     # the pin goes first, and the hold carries the bridge's mark (it becomes an admin hold)
     assert d.actions == (
         Hold(reason="its pinned nodes are going away", unpin=NAMES, admin_comment=BridgeHold().text()),
@@ -324,7 +324,7 @@ def test_requeue_hold_under_way_on_slurm_2205_keeps_the_jobset(wl: WorkloadView)
     assert d.phase is Phase.EVICTED
     unpinned = held.model_copy(update={"required_nodes": ()})
     d = decide(observe(unpinned, js=jobset(), wl=workload(WorkloadState.PREEMPTED), nodes=IDLE,
-                       pods=PodsView(active=2, running=2)))  # fmt: skip
+                       pods=PodsView(active=2, running=2, active_nodes=frozenset(NAMES))))  # fmt: skip
     assert d.actions == ()
     assert d.phase is Phase.EVICTED
 
@@ -377,13 +377,14 @@ def test_job_cancelled_while_running_on_slurm_2205_keeps_its_nodes_until_it_has_
     ending = v0038_job("rest-v0.0.38-scancel-completing.json")
     assert ending.is_finished
     assert ending.is_completing
+    both = PodsView(active=2, running=2, present=2, active_nodes=frozenset(NAMES))
     d = decide(observe(ending, js=jobset(state=JobSetState.ACTIVE), wl=workload(WorkloadState.ADMITTED),
-                       nodes=IDLE))  # fmt: skip
+                       nodes=IDLE, pods=both))  # fmt: skip
     assert kinds(d) == ["drain_nodes", "delete_jobset"]
     assert d.requeue_after
     silent = (node("b42-0"), node("b42-1", flags=frozenset({"DYNAMIC_NORM", "COMPLETING", "NOT_RESPONDING"})))
     d = decide(observe(ending, js=jobset(state=JobSetState.ACTIVE, deleting=True),
-                       wl=workload(WorkloadState.ADMITTED), nodes=silent))  # fmt: skip
+                       wl=workload(WorkloadState.ADMITTED), nodes=silent, pods=both))  # fmt: skip
     assert kinds(d) == ["drain_nodes", "down_nodes"]
     down = d.actions[1]
     assert isinstance(down, DownNodes)
@@ -1038,11 +1039,10 @@ def test_invariants_over_the_state_space(
                 or (the_job.held_by == "admin" and not the_job.admin_comment)  # an administrator's
             )
         # A job Slurm would not start is never bridged, and never released.
-        if (
-            the_job.dependency
-            or "retry-after" in the_job.admin_comment
-            or (the_job.held_by == "admin" and (not the_job.admin_comment))
-        ):
+        persons_hold = (
+            the_job.held_by == "admin" and not the_job.admin_comment and (js is None or marks_holds)
+        )
+        if the_job.dependency or "retry-after" in the_job.admin_comment or persons_hold:
             assert "create_jobset" not in names
             assert "pin_and_release" not in names
         # An unmarked admin hold that an older bridge's JobSet vouches for loses that JobSet only once

@@ -407,8 +407,30 @@ def test_a_requeue_waiting_on_a_silent_node_sets_it_down() -> None:
     """Its pods went with the lost-node replacement: slurmctld would wait SlurmdTimeout otherwise."""
     requeuing = job(state_flags=frozenset({"COMPLETING"}), state_reason="JobHeldUser")
     silent = (node("b42-0"), node("b42-1", flags=frozenset({"DYNAMIC_NORM", "NOT_RESPONDING"})))
-    d = decide(observe(requeuing, js=jobset(state=JobSetState.ACTIVE, deleting=True), nodes=silent))
+    both = PodsView(active=2, running=2, present=2, active_nodes=frozenset(NAMES))
+    d = decide(
+        observe(requeuing, js=jobset(state=JobSetState.ACTIVE, deleting=True), nodes=silent, pods=both)
+    )
     (down,) = d.actions
     assert isinstance(down, DownNodes)
     assert down.names == ("b42-1",)
     assert d.requeue_after
+    # Without its pod, a node is silent before slurmctld notices (a minute or more).
+    one = PodsView(active=1, running=1, present=1, active_nodes=frozenset({"b42-0"}))
+    d = decide(observe(requeuing, js=jobset(state=JobSetState.ACTIVE, deleting=True), nodes=IDLE, pods=one))
+    (down,) = d.actions
+    assert isinstance(down, DownNodes)
+    assert down.names == ("b42-1",)
+
+
+def test_pods_view_names_the_nodes_of_its_active_pods() -> None:
+    def pod(index: int, **extra: object) -> dict[str, object]:
+        labels = {
+            "bridge.k8s-bridge.io/slurm-job-id": "42",
+            "batch.kubernetes.io/job-completion-index": str(index),
+        }
+        return {"metadata": {"name": f"p{index}", "labels": labels, **extra}, "status": {"phase": "Running"}}
+
+    view = PodsView.of([pod(0), pod(1, deletionTimestamp="2026-01-01T00:00:00Z")])
+    assert view.active_nodes == frozenset({"b42-0"})
+    assert view.lost == ("p1: being deleted",)
