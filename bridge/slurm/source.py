@@ -298,9 +298,8 @@ class SlurmNodeSource(_RecoveringSource):
         except SlurmAPIError as exc:
             if not self.conditional or self._update_time is None:
                 raise
-            self._log.warning(
-                "conditional node list refused; listing nodes whole from now on", error=str(exc)
-            )
+            # Expected on 22.05 and 24.11 (HTTP 500 when nothing changed): said once, not a warning.
+            self._log.info("conditional node list refused; listing nodes whole from now on", error=str(exc))
             self.conditional = False
             page = await self._slurm.list_nodes()
         self._update_time = page.update_time
