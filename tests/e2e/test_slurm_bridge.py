@@ -441,6 +441,17 @@ async def test_hostile_and_absurd_jobs_get_a_reason_and_no_jobset(
         assert done.comment.startswith('x"$(touch'), done.comment  # the user's comment, untouched
         for job_id in absurd.values():
             assert jobset(e2e, jobset_name(e2e.cluster_name, job_id)) is None
+        # Each absurd job's reason reached the WorkloadMixing's owner once, as a Warning Event.
+        events = e2e.list_items("/apis/events.k8s.io/v1/namespaces/default/events")
+        for what, job_id in absurd.items():
+            about = [
+                e for e in events
+                if e.get("regarding", {}).get("name") == e2e.mixing_name
+                and e.get("note", "").startswith(f"Slurm job {job_id}:")
+            ]  # fmt: skip
+            assert len(about) == 1, (what, about)
+            assert about[0]["type"] == "Warning"
+            assert (about[0].get("series") or {}).get("count", 1) == 1, about[0]
         assert bridge.alive(), bridge.log_tail()
         assert not _pwned(), "a job-controlled string was run by a shell"
     finally:
