@@ -45,8 +45,8 @@ for:
   that shape (``ANNOTATION_SHAPE``); once a poll shows the change, row 16 replaces it (confirmed on
   a fresh read, while the job is still held), exactly as for a change made after the JobSet.
 
-Independent actions run at once (``Decision.concurrent``: creating the JobSet and converting the
-hold); every other decision runs in order and stops at the first failure, which cleanup relies on
+Independent actions run at once (``Decision.concurrent``: creating the JobSet and clearing an old
+comment); every other decision runs in order and stops at the first failure, which cleanup relies on
 (drain, delete the JobSet, delete the nodes, and only then remove the finalizer).
 """
 
@@ -320,11 +320,12 @@ class Hold(Action):
 
 @dataclass(frozen=True, kw_only=True)
 class ConvertHold(Hold):
-    """Turn sbatch's user hold into the bridge's admin hold, beside creating the JobSet (row 14).
+    """Turn sbatch's user hold into the bridge's marked admin hold, once the job's JobSet exists.
 
-    Best effort, and not confirmed on a fresh read: holding is what the bridge wants for any job
-    of a bridged partition that has no JobSet, whatever state the cached job lags behind (module
-    docstring)."""
+    Never beside the JobSet's creation: a conversion that landed next to a failed create would leave
+    an admin hold without a JobSet, which only its mark tells from an administrator's. Best effort,
+    and not confirmed on a fresh read: holding is what the bridge wants for any bridged job that
+    Kueue has not admitted, whatever state the cached job lags behind (module docstring)."""
 
     kind: ClassVar[str] = "convert_hold"
     needs_confirmation: ClassVar[bool] = False
@@ -1033,7 +1034,7 @@ def _decide_bridged(o: Observed, job: SlurmJob) -> Decision:
             ),
         )
     if _changed_since_jobset(o, job):
-        # Row 16. Kueue would admit, and the release pin to, a shape the job no longer has (grown, it
+        # Kueue would admit, and the release pin to, a shape the job no longer has (grown, it
         # would wait for nodes no pod registers; shrunk, run on nodes sized for another request):
         # cleaned up like an ended JobSet, then the job's JobSet is made anew, or the reason why there
         # is none written. Only ever for a held job (a released or running one is decided above), and
