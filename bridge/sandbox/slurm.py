@@ -471,9 +471,20 @@ class SlurmCluster:
             process=process,
         )
 
-    def _start_slurmctld(self) -> None:
+    def kill_slurmctld(self) -> None:
+        """SIGKILL slurmctld (a crash): its jobs and nodes survive in its state directory as far as it
+        had saved them; :meth:`restart_slurmctld` brings it back from there."""
         assert self._group is not None
-        argv = [*self._prefix(), "slurmctld", "-D", "-i", "-f", str(self.conf_path)]
+        (process,) = [p for p in self._group.processes if p.name == "slurmctld"]
+        self._group.stop(process, grace=0.0, sig=signal.SIGKILL)
+
+    def restart_slurmctld(self) -> None:
+        """Start slurmctld again from its saved state (no ``-i``), as after a crash or a restart."""
+        self._start_slurmctld(recover=True)
+
+    def _start_slurmctld(self, *, recover: bool = False) -> None:
+        assert self._group is not None
+        argv = [*self._prefix(), "slurmctld", "-D", *([] if recover else ["-i"]), "-f", str(self.conf_path)]
         process = self._group.start("slurmctld", argv, env=self._env(), inherit_env=False)
 
         def answers() -> bool:

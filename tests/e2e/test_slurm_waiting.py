@@ -280,3 +280,34 @@ async def test_a_job_cancelled_while_its_lost_node_is_replaced_is_cleaned_up_and
     await wait_gone(e2e, job_id, bridge=bridge)
     assert slurmctld_up(e2e)
     assert bridge.alive(), bridge.log_tail()
+
+
+async def test_slurmctld_killed_as_a_job_loses_a_node_the_job_still_runs_once_and_nothing_sticks(
+    e2e: E2EStack, slurm_client: SlurmClient
+) -> None:
+    """slurmctld crashes (SIGKILL) right after a slurmd pod of a running job is deleted, and comes back
+    from its saved state 5 s later. Before, a job in this spot stayed COMPLETING with its JobSet stuck
+    deleting (finalizer and nodes kept) until cancelled by hand: its requeue waited on a node whose
+    slurmd was gone. Now the job goes back to the queue, runs again on two new pods and completes."""
+    bridge = await started_bridge(e2e)
+    job_id = two_nodes(e2e, name="ctld-crash", script=TASKS_SCRIPT + "sleep 30\n")
+    await wait_job(
+        slurm_client, job_id, until=lambda j: j.is_running, timeout=JOB_TIMEOUT, what="to run",
+        stack=e2e, bridge=bridge,
+    )  # fmt: skip
+    selector = job_selector(e2e.cluster_name, job_id)
+    victim = running_pods(e2e, selector=selector)[0]["metadata"]["name"]
+    e2e.client.delete(f"/api/v1/namespaces/{e2e.settings.namespace}/pods/{victim}")
+    e2e.slurm.kill_slurmctld()
+    time.sleep(5.0)
+    e2e.slurm.restart_slurmctld()
+    done = await wait_job(
+        slurm_client, job_id, until=finished, timeout=3 * JOB_TIMEOUT, what="to run again and complete",
+        stack=e2e, bridge=bridge,
+    )  # fmt: skip
+    assert done.state == JobState.COMPLETED, done
+    assert done.restart_count >= 1, done
+    assert sorted(done.nodes) == [f"b{job_id}-0", f"b{job_id}-1"], done
+    await wait_gone(e2e, job_id, bridge=bridge)
+    assert slurmctld_up(e2e)
+    assert bridge.alive(), bridge.log_tail()

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
 from bridge.api.mixing import WorkloadMixingSpec
 from bridge.sandbox.slurm import SlurmCluster
-from bridge.slurm import InvalidNodeName, JwtAuth, ScontrolCli, SlurmClient, SlurmError, StaticToken
+from bridge.slurm import InvalidNodeName, SlurmClient, SlurmError
 from reconcilers.slurm import DeleteNodes, DownNodes, DrainNodes, Observed, decide, node_job_id
 from tests.fixtures.mixing import slurm_spec
 
@@ -30,13 +28,8 @@ SPEC = WorkloadMixingSpec.model_validate({"slurm": slurm_spec()})
 
 
 @pytest.fixture
-async def client(slurm_cluster: SlurmCluster) -> AsyncIterator[SlurmClient]:
-    cluster = slurm_cluster
-    auth = JwtAuth(user_name="slurm", token=StaticToken(cluster.token(lifespan=900)))
-    prefix = [] if cluster.sysroot == Path("/") else ["chroot", str(cluster.sysroot)]
-    scontrol = ScontrolCli(auth=auth, argv_prefix=prefix, env={"SLURM_CONF": str(cluster.conf_path)})
-    async with SlurmClient(cluster.rest_url, auth=auth, scontrol=scontrol, timeout=30) as slurm:
-        yield slurm
+def client(cluster_client: SlurmClient) -> SlurmClient:
+    return cluster_client
 
 
 def slurmctld_alive(cluster: SlurmCluster) -> bool:

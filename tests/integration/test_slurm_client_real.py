@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -19,11 +17,8 @@ from bridge.api.slurm_job import JobState, SlurmJob
 from bridge.sandbox.slurm import SlurmCluster
 from bridge.slurm import (
     InvalidNodeName,
-    JwtAuth,
     NotModified,
-    ScontrolCli,
     SlurmClient,
-    StaticToken,
 )
 
 pytestmark = pytest.mark.slurm
@@ -32,13 +27,8 @@ JOB_SCRIPT = '#!/bin/sh\necho "node=$SLURMD_NODENAME"\n'
 
 
 @pytest.fixture
-async def client(slurm_cluster: SlurmCluster) -> AsyncIterator[SlurmClient]:
-    cluster = slurm_cluster
-    auth = JwtAuth(user_name="slurm", token=StaticToken(cluster.token(lifespan=900)))
-    prefix = [] if cluster.sysroot == Path("/") else ["chroot", str(cluster.sysroot)]
-    scontrol = ScontrolCli(auth=auth, argv_prefix=prefix, env={"SLURM_CONF": str(cluster.conf_path)})
-    async with SlurmClient(cluster.rest_url, auth=auth, scontrol=scontrol, timeout=30) as slurm:
-        yield slurm
+def client(cluster_client: SlurmClient) -> SlurmClient:
+    return cluster_client
 
 
 async def wait_for(slurm: SlurmClient, job_id: int, *, timeout: float) -> SlurmJob:
