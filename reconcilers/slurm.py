@@ -514,6 +514,9 @@ class Observed:
     nodes: tuple[SlurmNode, ...] = ()
     """The dynamic nodes registered for this job (feature ``bridge-job-<id>`` or name ``b<id>-<i>``)."""
     pods: PodsView = field(default_factory=PodsView)
+    completed_indexes: str = ""
+    """``status.completedIndexes`` of the JobSet's Job: slurmd pods that ended with 0 (slurmd does on
+    SIGTERM), which the Job never replaces. Kept by the Job after the pod itself is gone."""
     bridged_jobs: int = 0
     """JobSets of this cluster that exist (for ``limits.maxBridgedJobs``)."""
     max_bridged_jobs: int | None = None
@@ -538,6 +541,12 @@ def _one_line(text: str) -> str:
     return " ".join("".join(ch if ch.isprintable() and ch.isascii() else " " for ch in text).split())[
         :_COMMENT_MAX
     ]
+
+
+def _completed_indexes(jobs: Iterable[Mapping[str, Any]]) -> str:
+    """The ``completedIndexes`` of the JobSet's Jobs (one Job: ``replicas: 1``), "" when none."""
+    done = [str((j.get("status") or {}).get("completedIndexes") or "") for j in jobs]
+    return ",".join(d for d in done if d)
 
 
 def unservable_comment(reason: str) -> str:
@@ -830,12 +839,15 @@ def _decide_jobset_deleting(o: Observed, job: SlurmJob, own_pin: tuple[str, ...]
 
 
 def _lost_pods(o: Observed) -> tuple[str, ...]:
-    """The slurmd pods of an admitted, running JobSet that ended or are going: lost nodes. Not while
-    Kueue takes the capacity back (it suspends the JobSet first, and the Workload says so)."""
+    """The slurmd pods of an admitted, running JobSet that ended or are going: lost nodes. Also those
+    gone from the cache already (a bridge restart, slurmrestd down meanwhile) that the JobSet's Job
+    counts as completed: it never replaces them. Not while Kueue takes the capacity back (it suspends
+    the JobSet first, and the Workload says so)."""
     js, wl = o.jobset, o.workload
     if js is None or js.suspended or wl is None or wl.state is not WorkloadState.ADMITTED:
         return ()
-    return o.pods.lost
+    done = (f"index {o.completed_indexes} ended",) if o.completed_indexes else ()
+    return (*o.pods.lost, *done)
 
 
 def _lost_node_event(lost: tuple[str, ...]) -> str:
@@ -1318,6 +1330,7 @@ class SlurmObserver:
         workloads: Store,
         pods: Store,
         nodes: Store,
+        child_jobs: Store | None = None,
         options: TranslationOptions = DEFAULT_OPTIONS,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -1326,6 +1339,7 @@ class SlurmObserver:
         self.workloads = workloads
         self.pods = pods
         self.nodes = nodes
+        self.child_jobs = child_jobs if child_jobs is not None else Store(indexers={INDEX_JOB: pod_job_keys})
         self._options = options
         self._wall_clock = wall_clock
 
@@ -1339,6 +1353,7 @@ class SlurmObserver:
             workloads=Store(indexers={INDEX_JOB_UID: workload_uid_keys}),
             pods=Store(indexers={INDEX_JOB: pod_job_keys}),
             nodes=Store(indexers={INDEX_JOB: node_job_keys}),
+            child_jobs=Store(indexers={INDEX_JOB: pod_job_keys}),
         )
 
     def cluster(self) -> str:
@@ -1396,6 +1411,7 @@ class SlurmObserver:
                 sorted((node_of(o) for o in self.nodes.by_index(INDEX_JOB, str(job_id))), key=_by_name)
             ),
             pods=PodsView.of(self.pods.by_index(INDEX_JOB, key)),
+            completed_indexes=_completed_indexes(self.child_jobs.by_index(INDEX_JOB, key)),
             bridged_jobs=self._bridged_jobs(cluster)
             if slurm is not None and slurm.limits.max_bridged_jobs
             else 0,
@@ -1425,6 +1441,7 @@ class SlurmReconciler:
         pods: Store,
         nodes: Store,
         metrics: SlurmMetrics,
+        child_jobs: Store | None = None,
         recorder: EventRecorder | None = None,
         on_phases: Callable[[Mapping[str, int]], None] | None = None,
         options: TranslationOptions = DEFAULT_OPTIONS,
@@ -1441,6 +1458,7 @@ class SlurmReconciler:
             workloads=workloads,
             pods=pods,
             nodes=nodes,
+            child_jobs=child_jobs,
             options=options,
             wall_clock=wall_clock,
         )

@@ -804,6 +804,11 @@ class SlurmBridge:
         pods = await factory.informer(
             "v1", "Pod", label_selector=LABEL_JOB_ID, indexers={INDEX_JOB: pod_job_keys}
         )
+        # The JobSets' own Jobs: their completedIndexes are slurmd pods that ended with 0 and that
+        # the Job never replaces, known even once the pods are gone (lost nodes).
+        child_jobs = await factory.informer(
+            "batch/v1", "Job", label_selector=LABEL_JOB_ID, indexers={INDEX_JOB: pod_job_keys}
+        )
 
         def bridged() -> list[int]:
             prefix = config.cluster() + "/"
@@ -860,6 +865,7 @@ class SlurmBridge:
             workloads=workloads.store,
             pods=pods.store,
             nodes=nodes.store,
+            child_jobs=child_jobs.store,
             metrics=metrics,
             recorder=recorder,
             on_phases=report_counts,
@@ -916,6 +922,7 @@ class SlurmBridge:
         controller.watch(nodes, map_to=by_node, priority_of=reconciler.release_priority)
         controller.watch(jobsets, map_to=by_labels)
         controller.watch(pods, map_to=by_labels)
+        controller.watch(child_jobs, map_to=by_labels)
         controller.watch(workloads, map_to=by_owner_jobset)
         controllers.append(controller)
 
@@ -1068,6 +1075,8 @@ async def _observe_for_explain(
                     observer.workloads.put(workload)
         for pod in await client.list("v1", "Pod", label_selector=selector):
             observer.pods.put(pod)
+        for child in await client.list("batch/v1", "Job", label_selector=selector):
+            observer.child_jobs.put(child)
     for node in (await slurm.list_nodes()).nodes:
         observer.nodes.put(node_object(node))
     dependees: dict[int, SlurmJob | None] = {}

@@ -434,3 +434,16 @@ def test_pods_view_names_the_nodes_of_its_active_pods() -> None:
     view = PodsView.of([pod(0), pod(1, deletionTimestamp="2026-01-01T00:00:00Z")])
     assert view.active_nodes == frozenset({"b42-0"})
     assert view.lost == ("p1: being deleted",)
+
+
+def test_a_slurmd_pod_gone_from_the_cache_is_still_a_lost_node_by_its_jobs_completed_index() -> None:
+    """The pod went while the bridge could not act (slurmctld down, a restart): only the JobSet's Job
+    remembers it, as a completed index it will never run again."""
+    one = PodsView(active=1, running=1, present=1, active_nodes=frozenset({"b42-1"}))
+    d = decide(observe(job(), js=jobset(state=JobSetState.ACTIVE), wl=workload(WorkloadState.ADMITTED),
+                       nodes=IDLE, pods=one, completed_indexes="0"))  # fmt: skip
+    assert kinds(d) == ["delete_jobset"]
+    assert "index 0 ended" in d.why
+    run = decide(observe(running(), js=jobset(state=JobSetState.ACTIVE), wl=workload(WorkloadState.ADMITTED),
+                         nodes=IDLE, pods=one, completed_indexes="0"))  # fmt: skip
+    assert kinds(run) == ["requeue_hold", "delete_jobset"]
