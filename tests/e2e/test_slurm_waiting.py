@@ -295,6 +295,9 @@ async def test_slurmctld_killed_as_a_job_loses_a_node_the_job_still_runs_once_an
         slurm_client, job_id, until=lambda j: j.is_running, timeout=JOB_TIMEOUT, what="to run",
         stack=e2e, bridge=bridge,
     )  # fmt: skip
+    # slurmctld saves its state a moment after a change; what it had not saved, a crash loses (the
+    # job itself, even): that is Slurm's to keep, not the bridge's, so the crash comes once it has.
+    time.sleep(5.0)
     selector = job_selector(e2e.cluster_name, job_id)
     victim = running_pods(e2e, selector=selector)[0]["metadata"]["name"]
     e2e.client.delete(f"/api/v1/namespaces/{e2e.settings.namespace}/pods/{victim}")
