@@ -232,6 +232,9 @@ class Action:
     False), so the next reconcile sees the effect."""
     poll_after: ClassVar[bool] = True
     """After a Slurm write, poll the job source at once rather than at the next interval."""
+    node_write: ClassVar[bool] = False
+    """Changes Slurm nodes: the node source polls at once afterwards (when the reconciler has its
+    trigger), so the next reconcile sees them gone or DOWN."""
     needs_confirmation: ClassVar[bool] = False
     """Could do harm if decided on a job the cache shows a poll behind: a decision containing it is
     taken again on a fresh read of the job (``GET /job/<id>``) before anything of it runs."""
@@ -261,6 +264,7 @@ class DeleteJobSet(Action):
 @dataclass(frozen=True, kw_only=True)
 class DrainNodes(Action):
     kind: ClassVar[str] = "drain_nodes"
+    node_write: ClassVar[bool] = True
     names: tuple[str, ...]
     reason: str
 
@@ -270,6 +274,7 @@ class DownNodes(Action):
     """Set nodes DOWN whose slurmd will never answer again, so that Slurm finishes their job."""
 
     kind: ClassVar[str] = "down_nodes"
+    node_write: ClassVar[bool] = True
     names: tuple[str, ...]
     reason: str
 
@@ -279,6 +284,7 @@ class DeleteNodes(Action):
     """Delete the job's dynamic nodes (each set DOWN first when Slurm says it is busy)."""
 
     kind: ClassVar[str] = "delete_nodes"
+    node_write: ClassVar[bool] = True
     names: tuple[str, ...]
     down_already: tuple[str, ...] = ()
     """Nodes the node source shows DOWN: never set DOWN again. On slurmctld 22.05.8 a second DOWN
@@ -1442,6 +1448,7 @@ class SlurmReconciler:
         nodes: Store,
         metrics: SlurmMetrics,
         child_jobs: Store | None = None,
+        nodes_trigger: Callable[[], None] | None = None,
         recorder: EventRecorder | None = None,
         on_phases: Callable[[Mapping[str, int]], None] | None = None,
         options: TranslationOptions = DEFAULT_OPTIONS,
@@ -1463,6 +1470,7 @@ class SlurmReconciler:
             wall_clock=wall_clock,
         )
         self._metrics = metrics
+        self._nodes_trigger = nodes_trigger
         self._recorder = recorder
         self._on_phases = on_phases
         self._wall_clock = wall_clock
@@ -1632,6 +1640,10 @@ class SlurmReconciler:
         self._metrics.actions.labels(action.kind, "ok").inc()
         if action.slurm_write and action.poll_after:
             self._jobs.trigger()  # see the effect at the next poll, now
+        if action.node_write and self._nodes_trigger is not None:
+            # The node source would show the deleted nodes until its next poll, and every event of the
+            # job meanwhile would delete them again (an scontrol call each on 22.05).
+            self._nodes_trigger()
 
     async def _run(self, o: Observed, raw_js: Object | None, action: Action) -> None:
         handler = self._handlers.get(type(action))

@@ -866,6 +866,7 @@ class SlurmBridge:
             pods=pods.store,
             nodes=nodes.store,
             child_jobs=child_jobs.store,
+            nodes_trigger=nodes.trigger,
             metrics=metrics,
             recorder=recorder,
             on_phases=report_counts,

@@ -246,6 +246,14 @@ def released_by_the_bridge() -> SlurmJob:
     return held(hold=False, required_nodes=("b42-0", "b42-1"), features="bridge-job-42", state_reason="None")
 
 
+class Counter:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def append_one(self) -> None:
+        self.count += 1
+
+
 class World:
     def __init__(self, *jobs: SlurmJob, down: bool = False, spec: WorkloadMixingSpec = SPEC) -> None:
         self.jobs = Jobs(*jobs)
@@ -257,6 +265,7 @@ class World:
         self.nodes = Store(indexers={INDEX_JOB: node_job_keys})
         self.registry = CollectorRegistry()
         self.phases: list[dict[str, int]] = []
+        self.node_polls = Counter()
         self.reconciler = SlurmReconciler(
             client=cast(Client, self.kube),
             slurm=self.slurm,
@@ -268,6 +277,7 @@ class World:
             nodes=self.nodes,
             metrics=slurm_metrics(self.registry),
             on_phases=lambda p: self.phases.append(dict(p)),
+            nodes_trigger=self.node_polls.append_one,
         )
 
     def admit_with_idle_nodes(self, jobset: Object) -> None:
@@ -738,3 +748,21 @@ async def test_the_hold_is_converted_once_though_the_source_shows_it_a_poll_late
     w.slurm.refuse_hold = True
     await w.reconcile()
     assert w.slurm.calls == [("hold", 42)]
+
+
+async def test_node_changes_poll_the_node_source_at_once() -> None:
+    """Else it shows the deleted nodes until its next poll, and each event of the job meanwhile
+    deletes them again (an scontrol call each on 22.05)."""
+    w = World(held(state=JobState.CANCELLED, hold=False))
+    w.add_jobset(jobset_object())
+    for name in ("b42-0", "b42-1"):
+        w.nodes.put(node_object(idle(name)))
+    await w.reconcile()
+    assert ("delete_node", "b42-0") in w.slurm.calls
+    assert w.node_polls.count == 2  # after the drain and after the delete
+    w.node_polls.count = 0
+    for store in (w.nodes, w.jobsets):
+        for obj in store.list():
+            store.pop(store.key_of(obj))
+    await w.reconcile()  # nothing left about nodes: no poll
+    assert w.node_polls.count == 0
