@@ -101,6 +101,7 @@ from reconcilers.slurm_waiting import (
     blocked_reason,
     dependency_ids,
     is_a_persons_admin_hold,
+    marked_by_the_bridge,
     not_starting_reason,
     retry_after_give_back,
     when,
@@ -462,10 +463,6 @@ class PodsView:
     active_nodes: frozenset[str] = frozenset()
     """The Slurm node names (``b<job id>-<completion index>``) whose slurmd pod is active."""
 
-    @property
-    def ended(self) -> int:
-        return len(self.lost)
-
     @classmethod
     def of(cls, pods: Iterable[Mapping[str, Any]]) -> PodsView:
         active = running = present = 0
@@ -690,7 +687,7 @@ def _unpin(o: Observed, names: tuple[str, ...], *, phase: Phase, mark: bool = Tr
 
 def _mark(job: SlurmJob) -> str | None:
     """The admin comment that marks the bridge's hold, or None when the job carries it already."""
-    return None if BridgeHold.parse(job.admin_comment) is not None else BridgeHold().text()
+    return None if marked_by_the_bridge(job) else BridgeHold().text()
 
 
 def _marked_first(o: Observed, decision: Decision) -> Decision:
@@ -701,7 +698,7 @@ def _marked_first(o: Observed, decision: Decision) -> Decision:
     if (
         job is None
         or job.held_by != "admin"
-        or BridgeHold.parse(job.admin_comment) is not None
+        or marked_by_the_bridge(job)
         or o.jobset is None
         or o.jobset_marks_holds
         or not decision.actions
@@ -1037,6 +1034,16 @@ def _waiting_reason(o: Observed, job: SlurmJob) -> tuple[str, float | None] | No
     return None
 
 
+def _give_back(o: Observed, job: SlurmJob, *, why: str, phase: Phase, mark: bool = True) -> Decision:
+    """The JobSet of a job that stays held goes (confirmed on a fresh read): a pin still naming the
+    JobSet's nodes first (a requeue-hold keeps it, and a changed shape's names no longer match it),
+    then as row 1; with ``mark``, an older bridge's unmarked admin hold gets the mark before it."""
+    if o.jobset_nodes and job.is_pinned_to(set(o.jobset_nodes), _feature(o)):
+        return _unpin(o, o.jobset_nodes, phase=phase, mark=mark)
+    decision = _cleanup(o, why=why, phase=phase, confirm=True)
+    return _marked_first(o, decision) if mark else decision
+
+
 def _decide_bridged(o: Observed, job: SlurmJob) -> Decision:
     """Held, with its JobSet: Kueue decides; once admitted and the nodes are up, pin and release."""
     js, wl = o.jobset, o.workload
@@ -1045,43 +1052,25 @@ def _decide_bridged(o: Observed, job: SlurmJob) -> Decision:
     if js.state in (JobSetState.COMPLETED, JobSetState.FAILED) or (
         wl is not None and wl.state is WorkloadState.FINISHED
     ):
-        return _marked_first(
-            o,
-            _cleanup(
-                o, why=f"the JobSet ended ({js.state}) before the job ran", phase=Phase.QUEUED, confirm=True
-            ),
-        )
+        return _give_back(o, job, why=f"the JobSet ended ({js.state}) before the job ran", phase=Phase.QUEUED)
     if _changed_since_jobset(o, job):
         # Kueue would admit, and the release pin to, a shape the job no longer has (grown, it
         # would wait for nodes no pod registers; shrunk, run on nodes sized for another request):
         # cleaned up like an ended JobSet, then the job's JobSet is made anew, or the reason why there
         # is none written. Only ever for a held job (a released or running one is decided above), and
         # confirmed: the cache may be a poll behind the read the JobSet was made from, or behind the
-        # bridge's own release. A job requeue-held before its user changed it is still pinned to the
-        # JobSet's nodes, which the new shape's names no longer match (so not unpinned above): the
-        # pin goes first, as before any removal of the nodes it names.
-        if o.jobset_nodes and job.is_pinned_to(set(o.jobset_nodes), _feature(o)):
-            return _unpin(o, o.jobset_nodes, phase=Phase.QUEUED)
-        return _marked_first(
-            o,
-            _cleanup(
-                o, why="the job was changed since its JobSet was made", phase=Phase.QUEUED, confirm=True
-            ),
-        )
+        # bridge's own release.
+        return _give_back(o, job, why="the job was changed since its JobSet was made", phase=Phase.QUEUED)
     if _held_by_a_person(o, job):
         # An administrator held it (``scontrol hold``) after it was bridged: the bridge does not
         # override that hold, so its capacity goes back to Kueue; it is bridged again once released.
-        if o.jobset_nodes and job.is_pinned_to(set(o.jobset_nodes), _feature(o)):
-            return _unpin(o, o.jobset_nodes, phase=Phase.WAITING, mark=False)
-        return _cleanup(o, why="held by an administrator", phase=Phase.WAITING, confirm=True)
+        return _give_back(o, job, why="held by an administrator", phase=Phase.WAITING, mark=False)
     waiting = _waiting_reason(o, job)
     if waiting is not None:
         # Bridged, but Slurm would not start it now (a dependency or begin time set since, or given
         # back by the safety net): the capacity goes back to Kueue until that is over.
         reason, _ = waiting
-        return _marked_first(
-            o, _cleanup(o, why=f"not startable ({reason})", phase=Phase.WAITING, confirm=True)
-        )
+        return _give_back(o, job, why=f"not startable ({reason})", phase=Phase.WAITING)
     if wl is None or wl.state in (WorkloadState.PENDING, WorkloadState.QUOTA_RESERVED):
         state = "not made yet" if wl is None else wl.state
         convert: tuple[Action, ...] = ()
@@ -1137,7 +1126,7 @@ def _decide_bridged(o: Observed, job: SlurmJob) -> Decision:
                 and job.eligible_time is not None
                 and job.eligible_time.timestamp() > o.now,
                 clear_comment=job.comment.startswith(COMMENT_PREFIX),
-                clear_admin_comment=BridgeHold.parse(job.admin_comment) is not None,
+                clear_admin_comment=marked_by_the_bridge(job),
             ),
         ),
         phase=Phase.RELEASING,

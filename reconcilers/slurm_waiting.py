@@ -39,6 +39,7 @@ __all__ = [
     "dependency_ids",
     "dependency_state",
     "is_a_persons_admin_hold",
+    "marked_by_the_bridge",
     "not_starting_reason",
     "parse_dependencies",
     "retry_after_give_back",
@@ -247,9 +248,14 @@ def not_starting_reason(job: SlurmJob) -> str | None:
     return None if reason in TRANSIENT_REASONS else reason
 
 
+def marked_by_the_bridge(job: SlurmJob) -> bool:
+    """The job's admin comment carries the bridge's mark (its hold, or its give-back record)."""
+    return BridgeHold.parse(job.admin_comment) is not None
+
+
 def is_a_persons_admin_hold(job: SlurmJob) -> bool:
     """Held as administrator, and not by the bridge (no mark of its own in the admin comment)."""
-    return job.held_by == "admin" and BridgeHold.parse(job.admin_comment) is None
+    return job.held_by == "admin" and not marked_by_the_bridge(job)
 
 
 def retry_after_give_back(job: SlurmJob, *, now: float) -> int | None:
