@@ -28,7 +28,7 @@ import asyncio
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
 
 import structlog
 
@@ -48,7 +48,8 @@ __all__ = [
 
 log = structlog.get_logger(__name__)
 
-SourceName = Literal["slurm", "ray"]
+SourceName = str
+"""A bridge's source: the section of the WorkloadMixing spec it serves (``slurm``, ``ray``)."""
 
 
 @dataclass(frozen=True, kw_only=True)

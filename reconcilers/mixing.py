@@ -79,6 +79,7 @@ from bridge.api.status import (
     check_references,
     compute_conditions,
     references,
+    source_status,
     validation_problems,
 )
 from bridge.mixing_config import CountsBoard, CountsProvider, MixingConfigs, SourceName, ZeroCounts
@@ -141,7 +142,6 @@ DEFAULT_COUNTS_INTERVAL: Final = 5.0
 _ACTION: Final = "ValidateConfiguration"
 _KEY_NAMES: Final = "keyNames"
 """Where :func:`secret_key_names` puts a Secret's data key names."""
-_SOURCES: Final[tuple[SourceName, ...]] = ("slurm", "ray")
 
 
 # --- indexes and mappers ---------------------------------------------------------------------------
@@ -369,7 +369,6 @@ def decide(
     configuration still in use.
     """
     publish = spec is not None and not any(p.blocking for p in problems)
-    slurm_counts, ray_counts = counts.get("slurm"), counts.get("ray")
     if spec is not None:
         status = build_status(
             spec=spec,
@@ -377,8 +376,7 @@ def decide(
             problems=problems,
             previous=previous,
             now=now,
-            slurm_counts=slurm_counts,
-            ray_counts=ray_counts,
+            counts=counts,
             last_good_generation=last_good_generation,
         )
     else:
@@ -392,10 +390,7 @@ def decide(
                 now=now,
                 last_good_generation=last_good_generation,
             ),
-            sources=SourceStatus(
-                slurm=(slurm_counts or SourceCounts()) if shown is not None and shown.slurm else None,
-                ray=(ray_counts or SourceCounts()) if shown is not None and shown.ray else None,
-            ),
+            sources=source_status(shown, counts),
         )
     write = previous is None or status != previous
     events = (
@@ -764,7 +759,7 @@ class MixingReconciler:
             previous=_stored_status(obj),
             last_good_generation=in_use.generation if in_use is not None else None,
             last_good_spec=in_use.spec if in_use is not None else None,
-            counts={source: self._counts.counts(name, source) for source in _SOURCES},
+            counts={source: self._counts.counts(name, source) for source in SourceStatus.model_fields},
             now=self._now(),
         )
         if decision.publish:

@@ -83,7 +83,9 @@ from bridge.runtime.errors import AlreadyExists, NotFound
 from bridge.runtime.events import EventRecorder
 from bridge.runtime.finalizers import add_finalizer, has_finalizer, remove_finalizer
 from bridge.runtime.handlers import Object
-from bridge.slurm.errors import (
+from bridge.slurm.metrics import SlurmMetrics
+from bridge.slurm.source import job_key, node_of
+from bridge.slurmrest.errors import (
     InvalidFeature,
     InvalidJobId,
     InvalidNodeName,
@@ -92,8 +94,6 @@ from bridge.slurm.errors import (
     SlurmAuthError,
     SlurmUnavailable,
 )
-from bridge.slurm.metrics import SlurmMetrics
-from bridge.slurm.source import job_key, node_of
 from reconcilers.slurm_waiting import (
     RETRY_AFTER_GIVE_BACK,
     BridgeHold,

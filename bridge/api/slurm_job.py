@@ -2,7 +2,7 @@
 
 slurmrestd describes a job differently in every REST version (v0.0.38 plain numbers and one state
 string; v0.0.40+ ``{set, infinite, number}`` objects, a list of state flags and a ``hold``
-boolean). The adapters in ``bridge.slurm.versions`` map all of them onto this one model, so the
+boolean). The adapters in ``bridge.slurmrest.versions`` map all of them onto this one model, so the
 translator and the reconciler never see a REST shape. Units are fixed here: memory in MB, time
 limits in minutes (``time_limit_seconds`` for Kueue), instants as aware UTC datetimes, ``None`` for
 "not set" (and for memory: "the whole node").

@@ -303,8 +303,7 @@ def build_status(
     problems: Iterable[Problem],
     previous: WorkloadMixingStatus | None,
     now: datetime,
-    slurm_counts: SourceCounts | None = None,
-    ray_counts: SourceCounts | None = None,
+    counts: Mapping[str, SourceCounts | None] | None = None,
     last_good_generation: int | None = None,
 ) -> WorkloadMixingStatus:
     """The full status to write: conditions, observedGeneration and counts for configured sources.
@@ -320,10 +319,21 @@ def build_status(
             now=now,
             last_good_generation=last_good_generation,
         ),
-        sources=SourceStatus(
-            slurm=(slurm_counts or SourceCounts()) if spec.slurm is not None else None,
-            ray=(ray_counts or SourceCounts()) if spec.ray is not None else None,
-        ),
+        sources=source_status(spec, counts or {}),
+    )
+
+
+def configured_sources(spec: WorkloadMixingSpec) -> list[str]:
+    """The sources ``spec`` configures: the sections of the spec that :class:`SourceStatus` counts."""
+    return [name for name in SourceStatus.model_fields if getattr(spec, name, None) is not None]
+
+
+def source_status(spec: WorkloadMixingSpec | None, counts: Mapping[str, SourceCounts | None]) -> SourceStatus:
+    """Counts of the sources ``spec`` configures (zeros until a bridge reports); None: no sources."""
+    if spec is None:
+        return SourceStatus()
+    return SourceStatus.model_validate(
+        {name: counts.get(name) or SourceCounts() for name in configured_sources(spec)}
     )
 
 

@@ -39,10 +39,9 @@ from bridge.runtime.backoff import BackoffSettings
 from bridge.runtime.cache import IndexFunc, meta_namespace_key
 from bridge.runtime.handlers import Object
 from bridge.runtime.sources import NOT_MODIFIED, NotModified, PolledSource
-
-from .errors import NotModified as SlurmNotModified
-from .errors import SlurmAPIError
-from .versions import JobsPage, NodesPage
+from bridge.slurmrest.errors import NotModified as SlurmNotModified
+from bridge.slurmrest.errors import SlurmAPIError
+from bridge.slurmrest.versions import JobsPage, NodesPage
 
 __all__ = [
     "JobLister",

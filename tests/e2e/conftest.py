@@ -26,7 +26,7 @@ from bridge.sandbox.netns import existing_namespaces
 from bridge.sandbox.processes import StackError
 from bridge.sandbox.slurm import SlurmCluster
 from bridge.sandbox.stack import KubeStack
-from bridge.slurm import JwtAuth, ScontrolCli, SlurmClient, StaticToken
+from bridge.slurmrest import JwtAuth, ScontrolCli, SlurmClient, StaticToken
 
 pytestmark = pytest.mark.slurm
 

@@ -17,7 +17,7 @@ from bridge.admission import WorkloadState
 from bridge.api.slurm_job import JobState
 from bridge.sandbox.e2e import JOBSETS, E2EStack
 from bridge.sandbox.netns import existing_namespaces
-from bridge.slurm import InvalidNodeName, SlurmClient
+from bridge.slurmrest import InvalidNodeName, SlurmClient
 from tests.fixtures.e2e import (
     TASKS_SCRIPT,
     eventually,

@@ -20,7 +20,7 @@ from bridge.admission import WorkloadState
 from bridge.api.slurm_job import JobState, SlurmJob
 from bridge.sandbox.e2e import BridgeProcess, E2EStack
 from bridge.sandbox.processes import StackError
-from bridge.slurm import SlurmClient
+from bridge.slurmrest import SlurmClient
 from tests.fixtures.e2e import (
     TASKS_SCRIPT,
     bridge_ready,

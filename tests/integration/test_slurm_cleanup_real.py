@@ -18,7 +18,7 @@ import pytest
 
 from bridge.api.mixing import WorkloadMixingSpec
 from bridge.sandbox.slurm import SlurmCluster
-from bridge.slurm import InvalidNodeName, SlurmClient, SlurmError
+from bridge.slurmrest import InvalidNodeName, SlurmClient, SlurmError
 from reconcilers.slurm import DeleteNodes, DownNodes, DrainNodes, Observed, decide, node_job_id
 from tests.fixtures.mixing import slurm_spec
 

@@ -15,7 +15,7 @@ import pytest
 
 from bridge.api.slurm_job import JobState, SlurmJob
 from bridge.sandbox.slurm import SlurmCluster
-from bridge.slurm import (
+from bridge.slurmrest import (
     InvalidNodeName,
     NotModified,
     SlurmClient,

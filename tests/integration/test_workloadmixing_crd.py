@@ -181,7 +181,7 @@ class TestAccepted:
             problems=[],
             previous=None,
             now=datetime.now(UTC).replace(microsecond=0),
-            slurm_counts=SourceCounts(held=1, queued=2, admitted=0, running=3),
+            counts={"slurm": SourceCounts(held=1, queued=2, admitted=0, running=3)},
         )
         stored["status"] = status.model_dump(mode="json", by_alias=True, exclude_none=True)
         name = stored["metadata"]["name"]

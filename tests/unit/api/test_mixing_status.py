@@ -182,7 +182,7 @@ class TestBuildStatus:
             problems=[],
             previous=None,
             now=T0,
-            slurm_counts=SourceCounts(held=1, queued=2, admitted=3, running=4),
+            counts={"slurm": SourceCounts(held=1, queued=2, admitted=3, running=4)},
         )
         dumped = status.model_dump(mode="json", by_alias=True, exclude_none=True)
         assert dumped["observedGeneration"] == 2

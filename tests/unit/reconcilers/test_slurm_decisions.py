@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from bridge.admission import JobSetState, JobSetView, WorkloadState, WorkloadView
 from bridge.api.slurm_job import JobState, SlurmJob
 from bridge.api.slurm_node import NodeState, SlurmNode
-from bridge.slurm.versions import adapter_for
+from bridge.slurmrest.versions import adapter_for
 from reconcilers.slurm import (
     COMMENT_PREFIX,
     AddFinalizer,

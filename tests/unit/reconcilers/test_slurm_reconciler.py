@@ -22,10 +22,10 @@ from bridge.runtime.discovery import Resource
 from bridge.runtime.errors import ApiError, NotFound
 from bridge.runtime.handlers import Object
 from bridge.runtime.manager import Manager
-from bridge.slurm.errors import InvalidJobId, InvalidNodeName, SlurmAPIError, SlurmUnavailable
 from bridge.slurm.metrics import slurm_metrics
 from bridge.slurm.program import Settings, SlurmBridge, parse_args
 from bridge.slurm.source import SlurmNodeSource, node_object
+from bridge.slurmrest.errors import InvalidJobId, InvalidNodeName, SlurmAPIError, SlurmUnavailable
 from reconcilers.slurm import (
     INDEX_JOB,
     INDEX_JOB_UID,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.slurm.versions import SUPPORTED_VERSIONS, adapter_for
+from bridge.slurmrest.versions import SUPPORTED_VERSIONS, adapter_for
 
 DATA_PARSER = [v for v in SUPPORTED_VERSIONS if v != "v0.0.38"]
 

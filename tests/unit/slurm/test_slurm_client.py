@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from bridge.slurm import (
+from bridge.slurmrest import (
     FileToken,
     InvalidFeature,
     InvalidNodeName,
@@ -34,7 +34,7 @@ from bridge.slurm import (
     SlurmVersionError,
     StaticToken,
 )
-from bridge.slurm.cli import _classify
+from bridge.slurmrest.cli import _classify
 
 DATA = Path(__file__).parent / "data"
 TOKEN = "eyJhbGciOiJIUzI1NiJ9.secret-token-value"
@@ -478,7 +478,7 @@ async def test_a_placeholder_that_cannot_be_deleted_is_named_and_the_hold_stands
     server.on("POST", "/slurm/v0.0.42/job/42", empty([STALE_PIN], status=500), empty())
     server.on("GET", "/slurm/v0.0.42/node/b42-0", ok({"nodes": [], "errors": [NODE_GONE], "warnings": []}))
     server.on("DELETE", "/slurm/v0.0.42/node/b42-0", raw(502, "bad gateway"))
-    with caplog.at_level(logging.WARNING, logger="bridge.slurm.client"):
+    with caplog.at_level(logging.WARNING, logger="bridge.slurmrest.client"):
         async with client(server, version="v0.0.42", scontrol=RecordingCli()) as slurm:
             await slurm.hold_job(42, unpin=["b42-0"])
     assert "placeholder node b42-0 of job 42 left behind" in caplog.text

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.slurm import hostlist
-from bridge.slurm.hostlist import HostlistError
+from bridge.slurmrest import hostlist
+from bridge.slurmrest.hostlist import HostlistError
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from bridge.runtime.cache import Store, meta_namespace_key
-from bridge.slurm.program import NodePollOnPodStart, parse_args, registration_due
+from bridge.slurm.node_poll import NodePollOnPodStart, registration_due
+from bridge.slurm.program import parse_args
 from reconcilers.slurm import INDEX_JOB, Phase, pod_job_keys
 from translators.slurm import LABEL_CLUSTER, LABEL_JOB_ID
 

@@ -16,7 +16,7 @@ import pytest
 
 from bridge.api.slurm_job import JobState
 from bridge.api.slurm_node import NodeState
-from bridge.slurm.versions import SUPPORTED_VERSIONS, Endpoint, RestAdapter, adapter_for
+from bridge.slurmrest.versions import SUPPORTED_VERSIONS, Endpoint, RestAdapter, adapter_for
 
 Load = Callable[[str], Any]
 

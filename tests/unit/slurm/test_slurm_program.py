@@ -1,4 +1,4 @@
-"""bridge.slurm.program: flags and their environment variables, explain, the live-config adapters."""
+"""The Slurm program and the shared shell: flags and their environment variables, explain, live config."""
 
 from __future__ import annotations
 
@@ -17,21 +17,13 @@ import yaml
 from bridge.api.mixing import WorkloadMixingSpec
 from bridge.api.slurm_job import JobState, SlurmJob
 from bridge.mixing_config import LiveConfig
+from bridge.program import DirectPublisher, bind_address, configure_program_logging
 from bridge.runtime.client import Client
-from bridge.slurm.client import SlurmClient
-from bridge.slurm.errors import SlurmAuthError
-from bridge.slurm.program import (
-    DirectPublisher,
-    LiveMixing,
-    LiveSlurm,
-    SecretToken,
-    Settings,
-    _configure_logging,
-    bind_address,
-    explain,
-    parse_args,
-)
-from bridge.slurm.versions import NodesPage
+from bridge.slurm.connection import LiveSlurm, SecretToken, SlurmMixing
+from bridge.slurm.program import Settings, explain, parse_args
+from bridge.slurmrest.client import SlurmClient
+from bridge.slurmrest.errors import SlurmAuthError
+from bridge.slurmrest.versions import NodesPage
 from tests.fixtures.mixing import resource, slurm_spec
 
 FLAGS = [
@@ -163,7 +155,7 @@ class SecretClient:
 
 async def test_secret_token_is_cached_and_reread_after_invalidate() -> None:
     live = LiveConfig("site")
-    mixing = LiveMixing(live)
+    mixing = SlurmMixing(live)
     client = SecretClient("jwt-1")
     token = SecretToken(cast(Client, client), mixing)
     with pytest.raises(SlurmAuthError):
@@ -256,13 +248,13 @@ def test_vv_also_logs_the_http_client_libraries() -> None:
     _, twice, _ = parse_args(["--config", "site", "-vv"])
     assert (once.log_level, once.verbose, twice.verbose) == ("debug", 1, 2)
     try:
-        _configure_logging(once)
+        configure_program_logging(once)
         assert logging.getLogger("aiohttp.access").level == logging.WARNING
-        _configure_logging(twice)
+        configure_program_logging(twice)
         assert logging.getLogger("aiohttp.access").level == logging.DEBUG
         assert logging.getLogger("kubernetes_asyncio").level == logging.DEBUG
     finally:
-        _configure_logging(Settings(config="site"))
+        configure_program_logging(Settings(config="site"))
 
 
 async def test_a_new_slurm_connection_does_not_close_the_old_one_under_its_calls(
@@ -278,7 +270,7 @@ async def test_a_new_slurm_connection_does_not_close_the_old_one_under_its_calls
     monkeypatch.setattr(SlurmClient, "close", close)
     live = LiveConfig("site")
     live.publish(uid="u", generation=1, spec=WorkloadMixingSpec.model_validate({"slurm": slurm_spec()}))
-    slurm = LiveSlurm(config=LiveMixing(live), token=cast(Any, None), settings=Settings(config="site"))
+    slurm = LiveSlurm(config=SlurmMixing(live), token=cast(Any, None), settings=Settings(config="site"))
     gate = asyncio.Event()
 
     async def slow(client: SlurmClient) -> str:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bridge.slurm import InvalidNodeName, JwtAuth, NodesBusy, ScontrolCli, ScontrolError, StaticToken
-from bridge.slurm.errors import SlurmUnavailable
+from bridge.slurmrest import InvalidNodeName, JwtAuth, NodesBusy, ScontrolCli, ScontrolError, StaticToken
+from bridge.slurmrest.errors import SlurmUnavailable
 
 FAKE = """#!{python}
 import json, os, sys

@@ -14,10 +14,10 @@ from bridge.api.slurm_node import NodeState, SlurmNode
 from bridge.runtime.controller import Request
 from bridge.runtime.handlers import Object
 from bridge.runtime.sources import NotModified
-from bridge.slurm.errors import NotModified as SlurmNotModified
-from bridge.slurm.errors import SlurmAPIError, SlurmUnavailable
 from bridge.slurm.source import SlurmJobSource, SlurmNodeSource, job_of, node_of, source_backoff
-from bridge.slurm.versions import JobsPage, NodesPage
+from bridge.slurmrest.errors import NotModified as SlurmNotModified
+from bridge.slurmrest.errors import SlurmAPIError, SlurmUnavailable
+from bridge.slurmrest.versions import JobsPage, NodesPage
 from reconcilers.slurm import INDEX_JOB, node_job_id, node_job_keys
 
 

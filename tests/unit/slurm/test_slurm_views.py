@@ -11,7 +11,7 @@ import pytest
 
 from bridge.api.slurm_job import Gres, JobState, SlurmJob
 from bridge.api.slurm_node import NodeState
-from bridge.slurm.versions import adapter_for
+from bridge.slurmrest.versions import adapter_for
 
 DATA = Path(__file__).parent / "data"
 Load = Callable[[str], Any]

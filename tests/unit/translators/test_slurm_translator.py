@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from bridge.api.mixing import WorkloadMixingSpec
 from bridge.api.slurm_job import Gres, JobState, SlurmJob
 from bridge.sandbox.runner import container_command
-from bridge.slurm.versions import adapter_for
+from bridge.slurmrest.versions import adapter_for
 from tests.fixtures.mixing import example_mixing, slurm_spec, target
 from translators.slurm import (
     ANNOTATION_SHAPE,

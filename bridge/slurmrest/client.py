@@ -3,7 +3,7 @@
 One object per slurmrestd. It finds the newest REST version both sides speak (from
 ``/openapi/v3``, else by pinging each version newest-first) and keeps it; every call then goes
 through that version's adapter, so callers only see ``SlurmJob``/``SlurmNode`` views and the typed
-errors of ``bridge.slurm.errors``. What a version cannot do over REST (node drain/down/delete on
+errors of ``bridge.slurmrest.errors``. What a version cannot do over REST (node drain/down/delete on
 v0.0.38, requeue-hold before v0.0.45) goes through the optional ``ScontrolCli``.
 
 Polling is cheap by design: ``list_jobs(update_time=t)`` raises ``NotModified`` when nothing
