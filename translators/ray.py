@@ -169,7 +169,7 @@ _LABEL_KEY: Final = re.compile(
 )
 _LABEL_VALUE: Final = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _UID: Final = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?$")
-_WORKER_COUNT: Final = re.compile(r"^[0-9]{1,9}$")
+_WORKER_COUNT: Final = re.compile(r"^[0-9]{1,32}$")
 _NATIVE_RESOURCES: Final = frozenset({"cpu", "memory", "ephemeral-storage"})
 
 
@@ -531,8 +531,10 @@ def _format_quantity(resource: str, value: Decimal) -> str:
         millis = math.ceil(value * 1000)
         return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
     whole = math.ceil(value)
-    if _memory_like(resource) and whole % 2**20 == 0 and whole:
-        return f"{whole // 2**20}Mi"
+    if _memory_like(resource) and whole:
+        for suffix in ("Pi", "Ti", "Gi", "Mi", "Ki"):
+            if whole % _BINARY[suffix] == 0:
+                return f"{whole // _BINARY[suffix]}{suffix}"
     return str(whole)
 
 
