@@ -103,6 +103,7 @@ __all__ = [
     "gate_of",
     "gate_resource",
     "gate_token",
+    "head_service_name",
     "jobset_name",
     "jobset_selector",
     "parse_entrypoint_resources",
@@ -717,11 +718,15 @@ def _cluster(rayjob: Mapping[str, Any], raycluster: Mapping[str, Any], *, namesp
     return wanted
 
 
-def _head_address(raycluster: Mapping[str, Any], *, cluster: str, namespace: str, domain: str) -> str:
-    status_head = _mapping(_mapping(raycluster.get("status")).get("head"))
+def head_service_name(raycluster: Mapping[str, Any] | None, *, cluster: str) -> str:
+    """The RayCluster's head Service: ``status.head.serviceName``, else KubeRay's default name."""
+    status_head = _mapping(_mapping((raycluster or {}).get("status")).get("head"))
     service = status_head.get("serviceName")
-    if service is None or service == "":
-        service = f"{cluster}-head-svc"
+    return f"{cluster}-head-svc" if service is None or service == "" else str(service)
+
+
+def _head_address(raycluster: Mapping[str, Any], *, cluster: str, namespace: str, domain: str) -> str:
+    service = head_service_name(raycluster, cluster=cluster)
     if not isinstance(service, str) or len(service) > 63 or not _DNS_1035.fullmatch(service):
         raise RefusedError(
             UntranslatableCode.INVALID_CLUSTER,
