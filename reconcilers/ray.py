@@ -104,6 +104,8 @@ START_TIMEOUT_DEFAULT: Final = 900.0
 """Ray's ``RAY_JOB_START_TIMEOUT_SECONDS`` when the head's environment does not set it."""
 START_TIMEOUT_WARN_FRACTION: Final = 0.8
 """A gated job that has waited this share of its head's start timeout gets a warning Event."""
+UNGATED: Final = "Ungated"
+"""Reason of the Event on a RayJob that runs in a bridged cluster without the gate."""
 WAIT_FOR_CANCEL: Final = 2.0
 """Seconds between looks while a pending Ray job is being cancelled."""
 WAIT_FOR_SLOT: Final = 10.0
@@ -332,6 +334,11 @@ class Observed:
 
 
 def _delete(o: Observed) -> tuple[Action, ...]:
+    """Delete the JobSet (foreground: its Jobs and pods go before it does), unless it is going already.
+
+    A JobSet being deleted is as good as gone for the RayJob: its deletion completes on its own (the
+    garbage collector removes its pods, then it), whatever becomes of the RayJob.
+    """
     if o.jobset is None or o.jobset.deleting:
         return ()
     return (DeleteJobSet(namespace=o.jobset.namespace, name=o.jobset.name),)
@@ -378,7 +385,7 @@ def _decide_ungated(o: Observed, job: RayJobView) -> Decision:
             0,
             Emit(
                 type="Warning",
-                reason="Ungated",
+                reason=UNGATED,
                 note=f"RayJob runs in the shared RayCluster {job.cluster} without Kueue's admission: it "
                 "was created while the ray-bridge webhook was not serving; delete and re-create it "
                 "to queue it",
@@ -403,12 +410,12 @@ def _decide_deleting(o: Observed, job: RayJobView) -> Decision:
             phase=Phase.FINISHING,
             why="deleted while its Ray job has not ended: cancel it in Ray, delete the workers",
         )
-    if o.jobset is not None:
+    if o.jobset is not None and not o.jobset.deleting:
         return Decision(
             actions=_delete(o),
             requeue_after=WAIT_FOR_CANCEL,
             phase=Phase.FINISHING,
-            why="deleted: JobSet going",
+            why="deleted: its JobSet goes first",
         )
     return Decision(actions=(RemoveFinalizer(),), why="deleted, nothing left: release the RayJob")
 
@@ -426,11 +433,11 @@ def _decide_finished(o: Observed, job: RayJobView) -> Decision:
             )
         )
     actions.extend(_delete(o))
-    if o.jobset is None and job.has_finalizer:
+    if (o.jobset is None or o.jobset.deleting) and job.has_finalizer:
         actions.append(RemoveFinalizer())
     return Decision(
         actions=tuple(actions),
-        phase=Phase.FINISHING if o.jobset is not None else None,
+        phase=Phase.FINISHING if o.jobset is not None and not o.jobset.deleting else None,
         why=f"the Ray job ended ({job.job_status or job.deployment_status}): workers go",
     )
 
@@ -579,6 +586,8 @@ class _Memory:
 
     emitted: set[tuple[str, str]] = field(default_factory=set)
     phases: dict[str, Phase] = field(default_factory=dict)
+    ungated: set[str] = field(default_factory=set)
+    """RayJobs last seen running ungated in a bridged cluster (the metric of the same name)."""
 
 
 class RayReconciler:
@@ -597,6 +606,7 @@ class RayReconciler:
         workloads: Store,
         recorder: EventRecorder | None = None,
         on_phases: Callable[[Mapping[str, int]], None] | None = None,
+        on_action: Callable[[str, str], None] | None = None,
         cluster_domain: str = "cluster.local",
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -610,6 +620,7 @@ class RayReconciler:
         self.workloads = workloads
         self._recorder = recorder
         self._on_phases = on_phases
+        self._on_action = on_action
         self._cluster_domain = cluster_domain
         self._wall_clock = wall_clock
         self._memory = _Memory()
@@ -617,6 +628,9 @@ class RayReconciler:
     @property
     def phases(self) -> Mapping[str, Phase]:
         return self._memory.phases
+
+    def ungated_count(self) -> int:
+        return len(self._memory.ungated)
 
     def phase_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -713,9 +727,22 @@ class RayReconciler:
             "ray decision", key=observed.key, why=decision.why, actions=[a.kind for a in decision.actions]
         )
         self._track(observed.key, decision.phase)
+        if any(isinstance(a, Emit) and a.reason == UNGATED for a in decision.actions):
+            self._memory.ungated.add(observed.key)
+        else:
+            self._memory.ungated.discard(observed.key)
         for action in decision.actions:
-            await self._handlers[type(action)](self, observed, action)
+            try:
+                await self._handlers[type(action)](self, observed, action)
+            except Exception:
+                self._count(action, "error")
+                raise
+            self._count(action, "success")
         return Result(requeue_after=decision.requeue_after)
+
+    def _count(self, action: Action, result: str) -> None:
+        if self._on_action is not None:
+            self._on_action(action.kind, result)
 
     def _track(self, key: str, phase: Phase | None) -> None:
         before = self._memory.phases.get(key)

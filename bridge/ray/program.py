@@ -77,6 +77,7 @@ from reconcilers.ray import (
 from translators.ray import LABEL_RAY_JOB_UID, Translation, head_service_name
 
 from .dashboard import RayDashboard, ServiceProxyTransport
+from .metrics import ray_metrics
 from .webhook import GATE_PATH, GateWebhook
 
 __all__ = ["RAY_API_VERSION", "RayBridge", "Settings", "explain", "main", "parse_args"]
@@ -238,6 +239,7 @@ class RayBridge(BridgeProgram):
     async def wire(self, shell: Shell) -> Wiring:
         s = self.settings
         config = LiveMixing(self.live)
+        metrics = ray_metrics(self.registry)
         kube = await _KubeSide.start(shell.factory)
         local_queues = await shell.factory.informer("kueue.x-k8s.io/v1beta2", "LocalQueue")
         reconciler = RayReconciler(
@@ -253,9 +255,12 @@ class RayBridge(BridgeProgram):
             workloads=kube.workloads.store,
             recorder=shell.recorder,
             on_phases=self._report_counts,
+            on_action=lambda action, result: metrics.actions.labels(action, result).inc(),
             cluster_domain=s.cluster_domain,
         )
         self.reconciler = reconciler
+        metrics.live.phases = reconciler.phase_counts
+        metrics.live.ungated = reconciler.ungated_count
         controller = Controller(
             name="ray", reconciler=reconciler, max_concurrent_reconciles=s.max_concurrent_reconciles,
             registry=self.registry,
@@ -275,6 +280,7 @@ class RayBridge(BridgeProgram):
                 local_queues=local_queues.store,
             )
             server.register(GATE_PATH, gate.review)
+            metrics.live.webhook = lambda: gate.decisions
             self.webhook = server
             webhooks.append(server)
         return Wiring(controllers=[controller], webhooks=webhooks)

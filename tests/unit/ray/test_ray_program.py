@@ -10,8 +10,10 @@ import sys
 from dataclasses import dataclass
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from bridge.api.mixing import WorkloadMixingSpec
+from bridge.ray.metrics import ray_metrics
 from bridge.ray.program import RayBridge, Settings, parse_args
 from bridge.ray.webhook import GateWebhook
 from bridge.runtime.cache import Store
@@ -139,3 +141,17 @@ async def test_webhook_denies_when_the_local_queue_does_not_exist() -> None:
     assert response.message is not None
     assert "LocalQueue" in response.message
     assert webhook.decisions == {"deny": 1}
+
+
+def test_metrics_read_live_state_when_scraped() -> None:
+    registry = CollectorRegistry()
+    metrics = ray_metrics(registry)
+    assert ray_metrics(registry) is metrics
+    metrics.live.phases = lambda: {"queued": 2, "running": 1}
+    metrics.live.ungated = lambda: 3
+    metrics.live.webhook = lambda: {"gate": 5, "deny": 1}
+    value = registry.get_sample_value
+    assert value("k8s_bridge_ray_jobs", {"phase": "queued"}) == 2
+    assert value("k8s_bridge_ray_jobs", {"phase": "admitted"}) == 0
+    assert value("k8s_bridge_ray_ungated_rayjobs") == 3
+    assert value("k8s_bridge_ray_webhook_reviews_total", {"decision": "deny"}) == 1

@@ -494,3 +494,16 @@ async def test_an_event_is_recorded_once_per_rayjob_and_reason() -> None:
     for _ in range(3):
         await reconciler.reconcile(Request(NAMESPACE, "train"))
     assert events.reasons == ["Ungated"]
+    assert reconciler.ungated_count() == 1
+    reconciler.rayjobs.pop(f"{NAMESPACE}/train")
+    await reconciler.reconcile(Request(NAMESPACE, "train"))
+    assert reconciler.ungated_count() == 0
+
+
+def test_a_jobset_being_deleted_counts_as_gone_for_the_rayjob() -> None:
+    job = _gated_job(status="PENDING", deleting=True)
+    going = _jobset_for(job)
+    going["metadata"]["deletionTimestamp"] = _iso(NOW - 1)
+    assert kinds(World(rayjobs=[job], jobsets=[going]).decide(ray_job_finished=True)) == [RemoveFinalizer]
+    finished = _gated_job(status="SUCCEEDED")
+    assert kinds(World(rayjobs=[finished], jobsets=[going]).decide()) == [RemoveFinalizer]
