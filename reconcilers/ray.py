@@ -562,6 +562,13 @@ def jobset_request(obj: Object) -> list[Request]:
 
 # --- the reconciler ----------------------------------------------------------------------------
 
+_LATENCIES: Final[Mapping[tuple[Phase | None, Phase | None], str]] = {
+    (Phase.QUEUED, Phase.ADMITTED): "queued_to_admitted",
+    (Phase.QUEUED, Phase.RUNNING): "queued_to_admitted",
+    (Phase.ADMITTED, Phase.RUNNING): "admitted_to_running",
+}
+"""Phase changes whose time the ``on_latency`` hook is told (the histograms of the same names)."""
+
 
 class RayJobs(Protocol):
     """What the reconciler asks of Ray's head (bridge/ray/dashboard.py)."""
@@ -586,6 +593,8 @@ class _Memory:
 
     emitted: set[tuple[str, str]] = field(default_factory=set)
     phases: dict[str, Phase] = field(default_factory=dict)
+    since: dict[str, float] = field(default_factory=dict)
+    """When each RayJob entered its current phase (monotonic), for the latency histograms."""
     ungated: set[str] = field(default_factory=set)
     """RayJobs last seen running ungated in a bridged cluster (the metric of the same name)."""
 
@@ -607,8 +616,10 @@ class RayReconciler:
         recorder: EventRecorder | None = None,
         on_phases: Callable[[Mapping[str, int]], None] | None = None,
         on_action: Callable[[str, str], None] | None = None,
+        on_latency: Callable[[str, float], None] | None = None,
         cluster_domain: str = "cluster.local",
         wall_clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
         self._ray_jobs = ray_jobs
@@ -621,8 +632,10 @@ class RayReconciler:
         self._recorder = recorder
         self._on_phases = on_phases
         self._on_action = on_action
+        self._on_latency = on_latency
         self._cluster_domain = cluster_domain
         self._wall_clock = wall_clock
+        self._clock = clock
         self._memory = _Memory()
 
     @property
@@ -748,9 +761,19 @@ class RayReconciler:
         before = self._memory.phases.get(key)
         if phase is None:
             self._memory.phases.pop(key, None)
+            self._memory.since.pop(key, None)
         else:
             self._memory.phases[key] = phase
-        if before != phase and self._on_phases is not None:
+        if before == phase:
+            return
+        now = self._clock()
+        since = self._memory.since.get(key)
+        latency = _LATENCIES.get((before, phase))
+        if latency is not None and since is not None and self._on_latency is not None:
+            self._on_latency(latency, now - since)
+        if phase in (Phase.QUEUED, Phase.ADMITTED):
+            self._memory.since[key] = now
+        if self._on_phases is not None:
             self._on_phases(self.phase_counts())
 
     # --- actions ----------------------------------------------------------------------------------

@@ -83,6 +83,14 @@ class RayMetrics:
             registry=registry,
         )
 
+    def observe_latency(self, name: str, seconds: float) -> None:
+        """The reconciler's ``on_latency`` hook: ``queued_to_admitted`` or ``admitted_to_running``."""
+        histogram = {
+            "queued_to_admitted": self.queued_to_admitted,
+            "admitted_to_running": self.admitted_to_running,
+        }
+        histogram[name].observe(seconds)
+
 
 _BY_REGISTRY: weakref.WeakKeyDictionary[CollectorRegistry, RayMetrics] = weakref.WeakKeyDictionary()
 

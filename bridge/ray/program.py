@@ -256,6 +256,7 @@ class RayBridge(BridgeProgram):
             recorder=shell.recorder,
             on_phases=self._report_counts,
             on_action=lambda action, result: metrics.actions.labels(action, result).inc(),
+            on_latency=metrics.observe_latency,
             cluster_domain=s.cluster_domain,
         )
         self.reconciler = reconciler

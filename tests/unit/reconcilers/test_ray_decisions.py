@@ -507,3 +507,20 @@ def test_a_jobset_being_deleted_counts_as_gone_for_the_rayjob() -> None:
     assert kinds(World(rayjobs=[job], jobsets=[going]).decide(ray_job_finished=True)) == [RemoveFinalizer]
     finished = _gated_job(status="SUCCEEDED")
     assert kinds(World(rayjobs=[finished], jobsets=[going]).decide()) == [RemoveFinalizer]
+
+
+async def test_phase_changes_report_their_latencies() -> None:
+    ticks = iter([10.0, 12.5, 14.0])
+    seen: list[tuple[str, float]] = []
+    job = _gated_job(status="PENDING")
+    world = World(rayjobs=[job], jobsets=[_jobset_for(job)])
+    reconciler = world.reconciler(
+        RecordingClient(), clock=lambda: next(ticks), on_latency=lambda n, s: seen.append((n, s))
+    )
+    await reconciler.reconcile(Request(NAMESPACE, "train"))  # queued at 10
+    reconciler.workloads.put(_workload("Admitted"))
+    await reconciler.reconcile(Request(NAMESPACE, "train"))  # admitted at 12.5
+    running = _gated_job(status="RUNNING")
+    reconciler.rayjobs.put(running)
+    await reconciler.reconcile(Request(NAMESPACE, "train"))  # running at 14
+    assert seen == [("queued_to_admitted", 2.5), ("admitted_to_running", 1.5)]
