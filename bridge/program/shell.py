@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 import structlog
 from prometheus_client import CollectorRegistry
 
-from bridge.api.mixing import API_VERSION, KIND
+from bridge.api.mixing import API_VERSION, KIND, SourceCounts
 from bridge.mixing_config import CountsBoard, MixingConfigs
 from bridge.runtime.client import Client
 from bridge.runtime.controller import Controller
@@ -100,6 +100,19 @@ class BridgeProgram(abc.ABC):
         self.counts = CountsBoard()
         self.manager: Manager | None = None
         self._stop_requested = False
+
+    def report_phases(self, phases: Mapping[str, int], *, buckets: Mapping[str, str]) -> None:
+        """Put the bridge's jobs by phase on the counts board, as the status's held/queued/admitted/running.
+
+        ``buckets`` maps each phase that counts to one of those four; phases not in it are not counted
+        (e.g. jobs finishing).
+        """
+        totals = {"held": 0, "queued": 0, "admitted": 0, "running": 0}
+        for phase, count in phases.items():
+            bucket = buckets.get(phase)
+            if bucket is not None:
+                totals[bucket] += count
+        self.counts.set(self.settings.config, self.name, SourceCounts(**totals))
 
     @abc.abstractmethod
     async def wire(self, shell: Shell) -> Wiring:

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from bridge.runtime.metrics import REGISTRY
+from bridge.runtime.metrics import REGISTRY, gauge_by_label
 from bridge.slurm.metrics import LATENCY_BUCKETS
 
 __all__ = ["PHASES", "RayMetrics", "ray_metrics"]
@@ -33,15 +33,13 @@ class _LiveCollector(Collector):
         return []
 
     def collect(self) -> Iterator[Metric]:
-        jobs = GaugeMetricFamily(
-            "k8s_bridge_ray_jobs", "Gated RayJobs by phase, as last reconciled", labels=["phase"]
+        yield gauge_by_label(
+            "k8s_bridge_ray_jobs",
+            "Gated RayJobs by phase, as last reconciled",
+            label="phase",
+            known=PHASES,
+            counts=self.phases() if self.phases is not None else {},
         )
-        counts = dict(self.phases()) if self.phases is not None else {}
-        for phase in PHASES:
-            jobs.add_metric([phase], counts.pop(phase, 0))
-        for phase, count in sorted(counts.items()):
-            jobs.add_metric([phase], count)
-        yield jobs
         yield GaugeMetricFamily(
             "k8s_bridge_ray_ungated_rayjobs",
             "RayJobs running in a bridged shared RayCluster without the gate (created while the webhook "

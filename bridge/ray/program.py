@@ -33,7 +33,6 @@ from bridge.admission import (
     WORKLOAD_API_VERSION,
     WORKLOAD_KIND,
 )
-from bridge.api.mixing import SourceCounts
 from bridge.program import (
     EXIT_ERROR,
     EXIT_NOT_SERVABLE,
@@ -181,7 +180,7 @@ def parse_args(argv: Sequence[str]) -> tuple[str, Settings, argparse.Namespace]:
 
 # --- the bridge ----------------------------------------------------------------------------------
 
-_COUNT_OF_PHASE = {
+_COUNT_OF_PHASE: Mapping[str, str] = {
     Phase.HELD: "held",
     Phase.QUEUED: "queued",
     Phase.ADMITTED: "admitted",
@@ -287,12 +286,7 @@ class RayBridge(BridgeProgram):
         return Wiring(controllers=[controller], webhooks=webhooks)
 
     def _report_counts(self, phases: Mapping[str, int]) -> None:
-        totals = {"held": 0, "queued": 0, "admitted": 0, "running": 0}
-        for phase, count in phases.items():
-            bucket = _COUNT_OF_PHASE.get(Phase(phase))
-            if bucket is not None:
-                totals[bucket] += count
-        self.counts.set(self.settings.config, self.name, SourceCounts(**totals))
+        self.report_phases(phases, buckets=_COUNT_OF_PHASE)
 
 
 def _watch(controller: Controller, *, kube: _KubeSide) -> None:

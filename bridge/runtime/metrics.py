@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import weakref
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, cast
 
@@ -41,6 +41,7 @@ __all__ = [
     "QueueStats",
     "RuntimeMetrics",
     "WorkQueueCollector",
+    "gauge_by_label",
     "runtime_metrics",
 ]
 
@@ -237,3 +238,17 @@ def runtime_metrics(registry: CollectorRegistry = REGISTRY) -> RuntimeMetrics:
     if metrics is None:
         metrics = _BY_REGISTRY[registry] = RuntimeMetrics(registry)
     return metrics
+
+
+def gauge_by_label(
+    name: str, documentation: str, *, label: str, known: Sequence[str], counts: Mapping[str, int]
+) -> GaugeMetricFamily:
+    """A gauge of ``counts`` by one label: every ``known`` value exported (0 when absent), then the
+    others sorted, so a dashboard sees each series from the start instead of gaps."""
+    family = GaugeMetricFamily(name, documentation, labels=[label])
+    rest = dict(counts)
+    for value in known:
+        family.add_metric([value], rest.pop(value, 0))
+    for value, count in sorted(rest.items()):
+        family.add_metric([value], count)
+    return family

@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from bridge.runtime.metrics import REGISTRY
+from bridge.runtime.metrics import REGISTRY, gauge_by_label
 
 __all__ = ["LATENCY_BUCKETS", "PHASES", "SlurmMetrics", "slurm_metrics"]
 
@@ -54,15 +54,13 @@ class _LiveCollector(Collector):
         return []
 
     def collect(self) -> Iterator[Metric]:
-        jobs = GaugeMetricFamily(
-            "k8s_bridge_slurm_jobs", "Bridged Slurm jobs by phase, as last reconciled", labels=["phase"]
+        yield gauge_by_label(
+            "k8s_bridge_slurm_jobs",
+            "Bridged Slurm jobs by phase, as last reconciled",
+            label="phase",
+            known=PHASES,
+            counts=self.phases() if self.phases is not None else {},
         )
-        counts = dict(self.phases()) if self.phases is not None else {}
-        for phase in PHASES:
-            jobs.add_metric([phase], counts.pop(phase, 0))
-        for phase, count in sorted(counts.items()):
-            jobs.add_metric([phase], count)
-        yield jobs
         nodes = GaugeMetricFamily(
             "k8s_bridge_slurm_nodes_registered",
             "Dynamic Slurm nodes of bridged jobs registered in slurmctld, by base state",

@@ -28,7 +28,6 @@ import structlog
 import yaml
 
 from bridge.admission import JOB_UID_LABEL, WORKLOAD_API_VERSION, WORKLOAD_KIND
-from bridge.api.mixing import SourceCounts
 from bridge.api.slurm_job import SlurmJob
 from bridge.mixing_config import ConfigSnapshot
 from bridge.program import (
@@ -233,7 +232,7 @@ def parse_args(argv: Sequence[str]) -> tuple[str, Settings, argparse.Namespace]:
 
 # --- the bridge ----------------------------------------------------------------------------------
 
-_COUNT_OF_PHASE = {
+_COUNT_OF_PHASE: Mapping[str, str] = {
     Phase.HELD: "held",
     Phase.UNSERVABLE: "held",
     Phase.QUEUED: "queued",
@@ -351,12 +350,7 @@ class SlurmBridge(BridgeProgram):
         return jobs, nodes
 
     def _report_counts(self, phases: Mapping[str, int]) -> None:
-        totals = {"held": 0, "queued": 0, "admitted": 0, "running": 0}
-        for phase, count in phases.items():
-            bucket = _COUNT_OF_PHASE.get(Phase(phase))
-            if bucket is not None:
-                totals[bucket] += count
-        self.counts.set(self.settings.config, self.name, SourceCounts(**totals))
+        self.report_phases(phases, buckets=_COUNT_OF_PHASE)
 
 
 @dataclass(frozen=True, kw_only=True)
