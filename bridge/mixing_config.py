@@ -33,6 +33,7 @@ from typing import Protocol
 import structlog
 
 from bridge.api.mixing import SourceCounts, WorkloadMixingSpec
+from bridge.api.status import Problem
 from bridge.runtime.handlers import EventHandler, Object
 
 __all__ = [
@@ -189,12 +190,19 @@ class CountsProvider(Protocol):
         """Counts of ``source``'s jobs bridged under ``mixing``, or None when unknown (zeros in status)."""
         ...
 
+    def problems(self, mixing: str) -> list[Problem]:
+        """What the bridges found wrong while running on ``mixing`` (``Degraded``), every source's."""
+        ...
+
 
 class ZeroCounts:
     """The default provider: no bridge reports, so every configured source shows zeros."""
 
     def counts(self, mixing: str, source: SourceName) -> SourceCounts | None:
         return None
+
+    def problems(self, mixing: str) -> list[Problem]:
+        return []
 
 
 _SOURCE_OBJECT_KIND = "WorkloadMixingCounts"
@@ -209,6 +217,7 @@ class CountsBoard:
 
     def __init__(self) -> None:
         self._counts: dict[tuple[str, SourceName], SourceCounts] = {}
+        self._problems: dict[tuple[str, SourceName], tuple[Problem, ...]] = {}
         self._handlers: list[EventHandler] = []
         self._versions = itertools.count(1)
 
@@ -221,6 +230,22 @@ class CountsBoard:
         if self._counts.get(key) == counts:
             return
         self._counts[key] = counts
+        obj = self._object(mixing)
+        for handler in self._handlers:
+            handler.on_update(obj, obj)
+
+    def problems(self, mixing: str) -> list[Problem]:
+        return [p for (m, _), found in sorted(self._problems.items()) if m == mixing for p in found]
+
+    def set_problems(self, mixing: str, source: SourceName, problems: tuple[Problem, ...]) -> None:
+        """Record what ``source`` finds wrong while running (non-blocking problems: ``Degraded``)."""
+        key = (mixing, source)
+        if self._problems.get(key, ()) == problems:
+            return
+        if problems:
+            self._problems[key] = problems
+        else:
+            self._problems.pop(key, None)
         obj = self._object(mixing)
         for handler in self._handlers:
             handler.on_update(obj, obj)

@@ -751,6 +751,7 @@ class MixingReconciler:
             spec, problems = None, validation_problems(error, root="spec")
         else:
             problems = check_references(spec, inventory=await self._inventory(spec))
+            problems += self._counts.problems(name)
         in_use = live.current
         decision = decide(
             generation=generation,

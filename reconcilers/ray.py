@@ -104,6 +104,8 @@ START_TIMEOUT_DEFAULT: Final = 900.0
 """Ray's ``RAY_JOB_START_TIMEOUT_SECONDS`` when the head's environment does not set it."""
 START_TIMEOUT_WARN_FRACTION: Final = 0.8
 """A gated job that has waited this share of its head's start timeout gets a warning Event."""
+START_TIMEOUT_NEAR: Final = "StartTimeoutNear"
+START_TIMEOUT: Final = "StartTimeout"
 UNGATED: Final = "Ungated"
 """Reason of the Event on a RayJob that runs in a bridged cluster without the gate."""
 WAIT_FOR_CANCEL: Final = 2.0
@@ -426,7 +428,7 @@ def _decide_finished(o: Observed, job: RayJobView) -> Decision:
         actions.append(
             Emit(
                 type="Warning",
-                reason="StartTimeout",
+                reason=START_TIMEOUT,
                 note=f"Ray failed the job after it waited longer than the head's {_START_TIMEOUT_ENV} "
                 f"({o.start_timeout:.0f} s) for its workers; raise it on RayCluster {job.cluster} above "
                 "the longest queue wait",
@@ -518,7 +520,7 @@ def _queued(o: Observed, job: RayJobView) -> Decision:
             actions=(
                 Emit(
                     type="Warning",
-                    reason="StartTimeoutNear",
+                    reason=START_TIMEOUT_NEAR,
                     note=f"waited {waited:.0f} s for Kueue; Ray fails a job pending longer than the head's "
                     f"{_START_TIMEOUT_ENV} ({o.start_timeout:.0f} s): raise it on RayCluster {job.cluster}",
                 ),
@@ -597,6 +599,8 @@ class _Memory:
     """When each RayJob entered its current phase (monotonic), for the latency histograms."""
     ungated: set[str] = field(default_factory=set)
     """RayJobs last seen running ungated in a bridged cluster (the metric of the same name)."""
+    short_timeouts: dict[str, tuple[float, str]] = field(default_factory=dict)
+    """``<namespace>/<cluster>`` -> (its head's start timeout, what showed it too short)."""
 
 
 class RayReconciler:
@@ -617,6 +621,7 @@ class RayReconciler:
         on_phases: Callable[[Mapping[str, int]], None] | None = None,
         on_action: Callable[[str, str], None] | None = None,
         on_latency: Callable[[str, float], None] | None = None,
+        on_short_timeouts: Callable[[Mapping[str, str]], None] | None = None,
         cluster_domain: str = "cluster.local",
         wall_clock: Callable[[], float] = time.time,
         clock: Callable[[], float] = time.monotonic,
@@ -633,6 +638,7 @@ class RayReconciler:
         self._on_phases = on_phases
         self._on_action = on_action
         self._on_latency = on_latency
+        self._on_short_timeouts = on_short_timeouts
         self._cluster_domain = cluster_domain
         self._wall_clock = wall_clock
         self._clock = clock
@@ -744,6 +750,7 @@ class RayReconciler:
             self._memory.ungated.add(observed.key)
         else:
             self._memory.ungated.discard(observed.key)
+        self._note_start_timeout(observed, decision)
         for action in decision.actions:
             try:
                 await self._handlers[type(action)](self, observed, action)
@@ -752,6 +759,26 @@ class RayReconciler:
                 raise
             self._count(action, "success")
         return Result(requeue_after=decision.requeue_after)
+
+    def _note_start_timeout(self, o: Observed, decision: Decision) -> None:
+        """Remember a head whose start timeout a queue wait reached; forget it once it is raised."""
+        job = o.rayjob
+        if job is None or job.cluster is None:
+            return
+        cluster = f"{job.namespace}/{job.cluster}"
+        known = self._memory.short_timeouts.get(cluster)
+        changed = False
+        if known is not None and known[0] != o.start_timeout:
+            del self._memory.short_timeouts[cluster]
+            changed = True
+        for action in decision.actions:
+            warned = isinstance(action, Emit) and action.reason in (START_TIMEOUT_NEAR, START_TIMEOUT)
+            if warned and cluster not in self._memory.short_timeouts:
+                assert isinstance(action, Emit)
+                self._memory.short_timeouts[cluster] = (o.start_timeout, f"RayJob {job.key}: {action.note}")
+                changed = True
+        if changed and self._on_short_timeouts is not None:
+            self._on_short_timeouts({c: why for c, (_, why) in sorted(self._memory.short_timeouts.items())})
 
     def _count(self, action: Action, result: str) -> None:
         if self._on_action is not None:

@@ -72,6 +72,7 @@ class Reason(enum.StrEnum):
     SLURM_UNREACHABLE = "SlurmUnreachable"
     SLURM_AUTH_FAILED = "SlurmAuthenticationFailed"
     NO_RAY_CLUSTERS_SELECTED = "NoRayClustersSelected"
+    RAY_START_TIMEOUT_TOO_SHORT = "RayStartTimeoutTooShort"
     LAST_GOOD_CONFIGURATION_IN_USE = "LastGoodConfigurationInUse"
 
 

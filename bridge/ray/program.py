@@ -33,6 +33,7 @@ from bridge.admission import (
     WORKLOAD_API_VERSION,
     WORKLOAD_KIND,
 )
+from bridge.api.status import Problem, Reason
 from bridge.program import (
     EXIT_ERROR,
     EXIT_NOT_SERVABLE,
@@ -256,6 +257,7 @@ class RayBridge(BridgeProgram):
             on_phases=self._report_counts,
             on_action=lambda action, result: metrics.actions.labels(action, result).inc(),
             on_latency=metrics.observe_latency,
+            on_short_timeouts=self._report_short_timeouts,
             cluster_domain=s.cluster_domain,
         )
         self.reconciler = reconciler
@@ -284,6 +286,20 @@ class RayBridge(BridgeProgram):
             self.webhook = server
             webhooks.append(server)
         return Wiring(controllers=[controller], webhooks=webhooks)
+
+    def _report_short_timeouts(self, clusters: Mapping[str, str]) -> None:
+        """Heads whose start timeout a queue wait reached: ``Degraded`` on the WorkloadMixing."""
+        problems = tuple(
+            Problem(
+                field="spec.ray.clusterSelector",
+                reason=Reason.RAY_START_TIMEOUT_TOO_SHORT,
+                message=f"RayCluster {cluster}: RAY_JOB_START_TIMEOUT_SECONDS of its head is shorter than "
+                f"queue waits ({why})",
+                blocking=False,
+            )
+            for cluster, why in clusters.items()
+        )
+        self.counts.set_problems(self.settings.config, self.name, problems)
 
     def _report_counts(self, phases: Mapping[str, int]) -> None:
         self.report_phases(phases, buckets=_COUNT_OF_PHASE)

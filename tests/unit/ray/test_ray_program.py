@@ -155,3 +155,13 @@ def test_metrics_read_live_state_when_scraped() -> None:
     assert value("k8s_bridge_ray_jobs", {"phase": "admitted"}) == 0
     assert value("k8s_bridge_ray_ungated_rayjobs") == 3
     assert value("k8s_bridge_ray_webhook_reviews_total", {"decision": "deny"}) == 1
+
+
+def test_short_start_timeouts_degrade_the_workloadmixing() -> None:
+    bridge = RayBridge(Settings(config="site"), handle_signals=False)
+    bridge._report_short_timeouts({"team-a/shared": "RayJob team-a/x: waited 800 s"})
+    (problem,) = bridge.counts.problems("site")
+    assert (problem.reason, problem.blocking) == ("RayStartTimeoutTooShort", False)
+    assert "team-a/shared" in problem.message
+    bridge._report_short_timeouts({})
+    assert bridge.counts.problems("site") == []

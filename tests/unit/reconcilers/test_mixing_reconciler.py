@@ -407,6 +407,26 @@ class TestReconciler:
         assert world.status().sources.slurm == SourceCounts(held=1, queued=2, admitted=3, running=4)
         assert len(world.recorder.events) == 1  # counts alone record no Event
 
+    async def test_problems_a_bridge_finds_degrade_without_blocking(self, world: World) -> None:
+        world.local_queues.put(_local_queue("k8s-bridge", "hpc"))
+        world.mixings.put(_mixing({"slurm": slurm_spec()}))
+        await world.reconcile()
+        found = Problem(
+            field="spec.ray.clusterSelector",
+            reason=Reason.RAY_START_TIMEOUT_TOO_SHORT,
+            message="RayCluster a/b: too short",
+            blocking=False,
+        )
+        world.board.set_problems("site", "ray", (found,))
+        await world.reconcile()
+        degraded = {c.type: c for c in world.status().conditions}["Degraded"]
+        assert (degraded.status, degraded.reason) == ("True", "RayStartTimeoutTooShort")
+        assert world.ready()[0] == "True"
+        assert world.current() is not None
+        world.board.set_problems("site", "ray", ())
+        await world.reconcile()
+        assert {c.type: c for c in world.status().conditions}["Degraded"].status == "False"
+
     async def test_deleted_withdraws_and_recreated_is_a_new_resource(self, world: World) -> None:
         world.local_queues.put(_local_queue("k8s-bridge", "hpc"))
         world.mixings.put(_mixing({"slurm": slurm_spec()}))

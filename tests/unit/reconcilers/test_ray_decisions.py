@@ -524,3 +524,20 @@ async def test_phase_changes_report_their_latencies() -> None:
     reconciler.rayjobs.put(running)
     await reconciler.reconcile(Request(NAMESPACE, "train"))  # running at 14
     assert seen == [("queued_to_admitted", 2.5), ("admitted_to_running", 1.5)]
+
+
+async def test_a_queue_wait_reaching_the_start_timeout_is_reported_for_the_cluster_until_raised() -> None:
+    reported: list[dict[str, str]] = []
+    job = _gated_job(status="PENDING")
+    world = World(rayjobs=[job], jobsets=[_jobset_for(job, created=NOW - 800)])
+    reconciler = world.reconciler(RecordingClient(), on_short_timeouts=lambda c: reported.append(dict(c)))
+    await reconciler.reconcile(Request(NAMESPACE, "train"))
+    await reconciler.reconcile(Request(NAMESPACE, "train"))
+    assert len(reported) == 1
+    assert list(reported[0]) == [f"{NAMESPACE}/{CLUSTER}"]
+    raised = raycluster()
+    head = raised["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    head["env"] = [{"name": "RAY_JOB_START_TIMEOUT_SECONDS", "value": "604800"}]
+    reconciler.rayclusters.put(raised)
+    await reconciler.reconcile(Request(NAMESPACE, "train"))
+    assert reported[-1] == {}
