@@ -83,6 +83,7 @@ __all__ = [
     "CLUSTER_LABEL",
     "DEFAULT_GCS_PORT",
     "FINALIZER",
+    "GATE_LABEL",
     "GPU_RESOURCE",
     "LABEL_MANAGED_BY",
     "LABEL_RAY_JOB_UID",
@@ -139,6 +140,9 @@ ANNOTATION_RAY_CLUSTER: Final = _PREFIX + "ray-cluster"
 CLUSTER_LABEL: Final = "ray.io/cluster"
 #: The one replicated job; also the name of the Kueue podSet.
 REPLICATED_JOB: Final = "ray-worker"
+GATE_LABEL: Final = "k8s-bridge.io/ray-gate"
+"""Ray node label of every worker of a job (value: its gate): tasks confine themselves to the job's
+workers with ``label_selector={GATE_LABEL: gate}`` (Ray has no job-wide default placement)."""
 DEFAULT_GCS_PORT: Final = 6379
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 TOKEN_LENGTH: Final = 12
@@ -1057,6 +1061,7 @@ def _pod_template(
         argv.append(f"--memory={size.memory_bytes}")
     if size.num_gpus is not None:
         argv.append(f"--num-gpus={size.num_gpus}")
+    argv.append("--labels=" + json.dumps({GATE_LABEL: gate}, separators=(",", ":")))
     argv += ["--block", *overrides.ray_start_args]
     main["command"] = [escape_dollars(a) for a in argv]
     main.pop("args", None)

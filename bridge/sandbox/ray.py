@@ -424,9 +424,11 @@ class RayHead:
         resources: Mapping[str, float],
         *,
         num_cpus: int = 1,
+        labels: Mapping[str, str] | None = None,
         timeout: float = 120.0,
     ) -> RayWorker:
-        """Start a worker node with custom ``resources`` in a new namespace; wait until Ray has it alive."""
+        """Start a worker node with custom ``resources`` (and node ``labels``) in a new namespace; wait
+        until Ray has it alive."""
         if self._process is None or self._group is None or self._ray is None or self._ray_root is None:
             raise StackError("start the Ray head before adding workers")
         token = secrets.token_hex(4)
@@ -451,6 +453,7 @@ class RayHead:
             f"--num-cpus={num_cpus}",
             "--num-gpus=0",
             f"--object-store-memory={self.object_store_memory}",
+            *([f"--labels={json.dumps(dict(labels), sort_keys=True)}"] if labels else []),
             f"--temp-dir={temp_dir}",
             "--disable-usage-stats",
             "--log-style=record",

@@ -10,6 +10,8 @@ prove none of that.
 from __future__ import annotations
 
 import asyncio
+import json
+import shlex
 import time
 
 import pytest
@@ -78,3 +80,45 @@ async def test_an_unknown_job_counts_as_finished(ray_head: RayHead) -> None:
         job.get("submission_id") for job in await dashboard.list_jobs(namespace=NAMESPACE, cluster=CLUSTER)
     }
     assert canceller_submission_id("never-submitted") not in names
+
+
+# Runs as the job's driver: half of the tasks confined by the gate label, half not; prints where each ran.
+SPILL_DRIVER = """
+import json, os, ray
+ray.init()
+gate = os.environ["GATE"]
+here = lambda: ray.get_runtime_context().get_node_id()
+confined = ray.remote(num_cpus=1, label_selector={"k8s-bridge.io/ray-gate": gate})(here)
+free = ray.remote(num_cpus=1)(here)
+print("NODES", json.dumps({
+    "confined": ray.get([confined.remote() for _ in range(6)]),
+    "free": ray.get([free.remote() for _ in range(6)]),
+}), flush=True)
+"""
+
+
+async def test_tasks_that_select_the_gate_label_stay_on_the_jobs_workers(ray_head: RayHead) -> None:
+    """The strongest confinement Ray offers: the bridge labels its workers with the gate."""
+    gate = "k8s-bridge-spill1"
+    own = await asyncio.to_thread(
+        ray_head.add_worker, {gate: 1}, num_cpus=2, labels={"k8s-bridge.io/ray-gate": gate}
+    )
+    other = await asyncio.to_thread(ray_head.add_worker, {"k8s-bridge-other": 1}, num_cpus=2)
+    try:
+        job_id = await asyncio.to_thread(
+            ray_head.submit,
+            "python -c " + shlex.quote(SPILL_DRIVER),
+            entrypoint_resources={gate: 1},
+            runtime_env={"env_vars": {"GATE": gate}},
+        )
+        assert await _status_becomes(ray_head, job_id, {"SUCCEEDED", "FAILED"}) == "SUCCEEDED"
+        logs = await asyncio.to_thread(ray_head.job_logs, job_id)
+        (line,) = [x for x in logs.splitlines() if x.startswith("NODES ")]
+        placed = json.loads(line.removeprefix("NODES "))
+        ids_by_ip = {n["node_ip"]: n["node_id"] for n in await asyncio.to_thread(ray_head.nodes)}
+        own_id = ids_by_ip[own.address]
+        assert set(placed["confined"]) == {own_id}
+        assert ids_by_ip[other.address] != own_id
+    finally:
+        await asyncio.to_thread(ray_head.remove_worker, own)
+        await asyncio.to_thread(ray_head.remove_worker, other)

@@ -415,6 +415,7 @@ class TestJobSet:
             f'--resources={{"{GATE}":1}}',
             "--num-cpus=2",
             f"--memory={3 * 2**30}",
+            f'--labels={{"k8s-bridge.io/ray-gate":"{GATE}"}}',
             "--block",
         ]
         assert "args" not in main
