@@ -1,10 +1,11 @@
 """Build or restore the Go binaries and CRDs of the local stack, at the versions in versions.toml.
 
 Why a build step at all: the tests run against the real kube-apiserver, etcd, Kueue, JobSet, kwok
-and KubeRay operator, never a mock of them, and this machine can reach the Go module proxy but no release download site.
-So every binary is built with ``go build`` from the module proxy, at a pinned version, into a cache
-outside the checkout keyed by that version (``~/.cache/k8s-bridge/bin/<component>-<version>/``):
-a warm run finds the binaries and builds nothing.
+and KubeRay operator, never a mock of them, and this machine can reach the Go module proxy but no
+release download site. So every binary is built with ``go build`` from the module proxy, at a
+pinned version, into a cache outside the checkout keyed by that version
+(``~/.cache/k8s-bridge/bin/<component>-<version>/``): a warm run finds the binaries and builds
+nothing.
 
 ``KUBEBUILDER_ASSETS`` is honoured as in every envtest setup: when it names a folder holding
 ``kube-apiserver`` and ``etcd``, those two are taken from it and not built.
@@ -100,8 +101,8 @@ def _go() -> str:
     if go is None:
         raise MissingPrerequisiteError(
             "the Go toolchain ('go') is not on PATH: it builds kube-apiserver, etcd, Kueue, JobSet, "
-            "kwok and the KubeRay operator from the Go module proxy. Install Go >= 1.26 (https://go.dev/doc/install) or set "
-            "KUBEBUILDER_ASSETS and provide the binaries yourself."
+            "kwok and the KubeRay operator from the Go module proxy. Install Go >= 1.26 "
+            "(https://go.dev/doc/install) or set KUBEBUILDER_ASSETS and provide the binaries yourself."
         )
     return go
 
