@@ -4,7 +4,8 @@ Why this module: the Ray bridge works on RayJobs that KubeRay submits to a share
 (``spec.clusterSelector``), so the tests and the sandbox need such a cluster for real: KubeRay
 (:class:`~bridge.sandbox.controllers.Controllers` with ``"kuberay"``) makes the head pod and its
 Service, the process runner (:mod:`bridge.sandbox.runner`) runs the pod's generated
-``/bin/bash -lc -- 'ulimit ...; ray start --head ...'`` in a network namespace of its own, and
+``/bin/bash -c -- 'ulimit ...; ray start --head ...'`` (``-lc`` with KubeRay's ``ENABLE_LOGIN_SHELL``)
+in a network namespace of its own, and
 KubeRay reaches the head's dashboard through the API server's service proxy. What this module adds
 is only what every user of that set-up writes the same way: the manifests (as a user would write
 them, nothing the runner needs in particular, apart from a node selector and toleration that steer

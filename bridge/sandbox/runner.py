@@ -17,7 +17,9 @@ scheduler binds to one of its nodes it
   ClusterIP would lead nowhere: the names go straight to the pods, as for a headless Service (a
   Service whose ``port`` differs from its ``targetPort`` must be called on the target port). The
   file is rewritten in place whenever the slices change, so a pod sees a Service that appears, or a
-  head that moves, after it started (a process that resolved a name before keeps what it got);
+  head that moves, after it started (a process that resolved a name before keeps what it got).
+  Every pod also gets ``GRPC_DNS_RESOLVER=native`` (:data:`CLUSTER_DNS_ENV`): gRPC's default
+  resolver (c-ares) asks the DNS server and skips /etc/hosts, so Ray's GCS client found no head;
 - gives each container a ``HOME`` of its own (``<pod dir>/home/<container>``, unless its ``env`` sets
   one) holding a ``.profile`` that restores the container's ``PATH``: a login shell
   (``/bin/bash -lc``, as KubeRay's generated commands use) reads the host's ``/etc/profile``, which
@@ -118,6 +120,7 @@ from bridge.sandbox.netns import (
 from bridge.sandbox.processes import ManagedProcess, ProcessGroup, StackError
 
 __all__ = [
+    "CLUSTER_DNS_ENV",
     "LOCK_FILE",
     "NETNS_FILE",
     "NODE_LOCK_DIR",
@@ -173,6 +176,10 @@ KUBELET_VERSION = "v0.0.0-k8s-bridge-process-runner"
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SERVICES_SYNC_TIMEOUT = 10.0
+CLUSTER_DNS_ENV = {"GRPC_DNS_RESOLVER": "native"}
+"""In every pod's environment while the runner stands in for cluster DNS: gRPC (Ray's GCS client
+among its users) resolves names with c-ares by default, which asks the DNS server and never reads
+/etc/hosts; its ``native`` resolver uses getaddrinfo, which does. A container's own ``env`` wins."""
 """Seconds a pod waits at most for the runner's first list of EndpointSlices before it starts."""
 
 Pod = Mapping[str, Any]
@@ -1362,7 +1369,8 @@ class ProcessRunner:
     nodes' InternalIP and the pods' hostIP); ``env`` added to every container's environment (which
     otherwise holds only PATH (the runner's, after the folder of its Python), HOME (the container's
     own), HOSTNAME and the container's own ``env``); ``cluster_dns`` (on by default) keeps the
-    Services' names in the pods' hosts files under ``cluster_domain``; ``max_restarts`` and
+    Services' names in the pods' hosts files under ``cluster_domain`` and puts
+    :data:`CLUSTER_DNS_ENV` in their environment; ``max_restarts`` and
     ``restart_backoff`` (doubling, capped at 30 s) bound local restarts; ``max_grace`` caps a deleted
     pod's termination grace period; ``lease_duration`` / ``heartbeat_interval`` as kubelet's node lease.
     """
@@ -1397,7 +1405,11 @@ class ProcessRunner:
         self.labels = dict(labels or {})
         self.taints = [dict(taint) for taint in taints]
         self.host_ip = host_ip
-        self.base_env = {"PATH": pods_path(os.environ.get("PATH", DEFAULT_PATH)), **(env or {})}
+        self.base_env = {
+            "PATH": pods_path(os.environ.get("PATH", DEFAULT_PATH)),
+            **(CLUSTER_DNS_ENV if cluster_dns else {}),
+            **(env or {}),
+        }
         self.cluster_dns = cluster_dns
         self.cluster_domain = cluster_domain
         self._slices: Informer | None = None

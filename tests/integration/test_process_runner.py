@@ -292,6 +292,69 @@ async def test_a_pod_runs_its_command_in_its_own_network_namespace(
     assert namespace.name not in existing_namespaces()
 
 
+async def test_a_login_shell_keeps_the_pods_path_and_a_home_of_its_own(
+    start_runner: RunnerFactory, pods: Pods, tmp_path: Path
+) -> None:
+    # KubeRay's pods run `/bin/bash -lc -- '<script>'`: a login shell reads the host's /etc/profile
+    # (which on Debian resets PATH) and ~/.profile; the container's PATH must still hold.
+    runner = await start_runner()
+    (node,) = runner.node_names
+    out = tmp_path / "login.txt"
+    script = 'printf "%s\\n%s\\n%s\\n" "$PATH" "$HOME" "$(command -v python3)" > "$OUT"'
+    await pods.create(
+        pod_manifest("login", pod_spec(node, ["/bin/bash", "-lc", "--", script], env={"OUT": str(out)}))
+    )
+    await pods.phase("login", "Succeeded")
+    path, home, python3 = out.read_text().splitlines()
+    assert path.split(os.pathsep)[0] == str(Path(sys.executable).parent)
+    assert Path(home).is_relative_to(runner.workdir), home
+    assert Path(home).name == "main"  # the container's own
+    assert python3 == str(Path(sys.executable).parent / "python3")
+
+
+async def test_services_resolve_to_their_ready_pods_through_the_hosts_file(
+    start_runner: RunnerFactory, pods: Pods, kube_stack: KubeStack, tmp_path: Path
+) -> None:
+    # No cluster DNS and no kube-proxy: the runner lists every Service's ready endpoints in each pod's
+    # /etc/hosts, and rewrites it when they change. The client starts before the Service exists.
+    runner = await start_runner()
+    (node,) = runner.node_names
+    ns = pods.namespace
+    out = tmp_path / "resolved.json"
+    names = [f"echo.{ns}.svc.cluster.local", f"echo.{ns}.svc", f"echo.{ns}", "echo"]
+    client = python(
+        f"""
+        import json, os, socket, time
+        names, found = {names!r}, {{}}
+        while len(found) < len(names):
+            for name in names:
+                try:
+                    found[name] = socket.gethostbyname(name)
+                except OSError:
+                    pass
+            time.sleep(0.2)
+        with open(os.environ["OUT"], "w") as f:
+            json.dump(found, f)
+        """
+    )
+    await pods.create(pod_manifest("client", pod_spec(node, client, env={"OUT": str(out)})))
+    await pods.phase("client", "Running")
+    server = pod_manifest("server", pod_spec(node, ["sleep", "600"], grace=1))
+    server["metadata"]["labels"] = {"app": "echo"}
+    await pods.create(server)
+    server_pod = await pods.phase("server", "Running")
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "echo"},
+        "spec": {"clusterIP": "None", "selector": {"app": "echo"}, "ports": [{"name": "x", "port": 80}]},
+    }
+    await pods.create(service, kind="services")
+    await pods.phase("client", "Succeeded", timeout=120)
+    assert json.loads(out.read_text()) == dict.fromkeys(names, server_pod.status.pod_ip)
+    await asyncio.to_thread(kube_stack.client.delete, f"/api/v1/namespaces/{ns}/pods/server")
+
+
 def _try_fetch(address: str, port: int) -> bytes:
     try:
         return fetch(address, port)

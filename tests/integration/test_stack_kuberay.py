@@ -3,7 +3,7 @@ KubeRay submits selector RayJobs to it.
 
 What only the real parts can show: the KubeRay operator creates the head pod and its Service from a
 RayCluster as a user writes it; the process runner runs the pod's generated
-``/bin/bash -lc -- 'ulimit ...; ray start --head ...'`` (``fieldRef`` env and all) with the pinned
+``/bin/bash -c -- 'ulimit ...; ray start --head ...'`` (``fieldRef`` env and all) with the pinned
 ``ray`` CLI in a network namespace of its own and reports it Ready, so the Service gets Endpoints;
 KubeRay reaches the dashboard through the API server's service proxy and submits a RayJob with
 ``clusterSelector`` in HTTPMode, which Ray runs to SUCCEEDED. A second RayJob with an entrypoint
@@ -97,6 +97,13 @@ def alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state != "Z"
+
+
+def command_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 @dataclass
@@ -246,8 +253,10 @@ def test_the_head_is_kuberays_pod_run_for_real(
     client = kube_stack.client
     pod = head_pod(client, ray_namespace)
     (container,) = pod["spec"]["containers"]
-    # KubeRay's own generated command and env, not ours: a login shell running `ray start --head`.
-    assert container["command"][:2] == ["/bin/bash", "-lc"], container["command"]
+    # KubeRay's own generated command and env, not ours: bash running `ulimit ...; ray start --head`
+    # (v1.5.0 writes `/bin/bash -c --`; with ENABLE_LOGIN_SHELL=true, and in later versions, `-lc`).
+    assert container["command"][0] == "/bin/bash", container["command"]
+    assert "c" in container["command"][1], container["command"]
     assert "ray start --head" in " ".join(container.get("args") or []), container.get("args")
     assert any("fieldRef" in (entry.get("valueFrom") or {}) for entry in container.get("env") or [])
     assert pod["spec"]["nodeName"] == runner.node
@@ -261,9 +270,13 @@ def test_the_head_is_kuberays_pod_run_for_real(
     )
     addresses = {a for s in slices for e in s.get("endpoints") or [] for a in e.get("addresses") or []}
     assert addresses == {ip}
-    pids = runner.record_pod_processes()
-    names = {Path(f"/proc/{pid}/comm").read_text().strip() for pid in pids if alive(pid)}
-    assert {"gcs_server", "raylet"} <= names, f"no Ray head processes in the pod's namespace: {names}"
+
+    # The pod is Ready once its process runs (the runner runs no probes); Ray's own daemons follow.
+    def head_daemons() -> bool:
+        names = {command_name(pid) for pid in runner.record_pod_processes()}
+        return {"gcs_server", "raylet"} <= names
+
+    wait_for(head_daemons, what="gcs_server and raylet in the head pod's network namespace")
 
 
 def test_a_selector_rayjob_in_http_mode_runs_on_the_shared_cluster(
