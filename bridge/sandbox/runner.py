@@ -26,6 +26,10 @@ scheduler binds to one of its nodes it
   on Debian resets ``PATH``, and then ``~/.profile``; a container's image would keep its own ``PATH``
   and never read the host user's dotfiles. The pods' ``PATH`` starts with the folder of the runner's
   Python (where the pinned ``ray`` CLI is installed);
+- gives each pod a temporary directory of its own as ``TMPDIR`` (:func:`pod_tmp_dir`, short: Ray
+  puts unix sockets there), removed with the pod's network namespace: a container's ``/tmp`` is its
+  own, and two Ray nodes on one host sharing ``/tmp/ray`` share a session directory, where a driver
+  on one node reads the other's cached node IP and attaches to the wrong raylet;
 - reports the pod through the status subresource as kubelet does (Pending, Running with Ready
   conditions once the processes started, then Succeeded or Failed from the exit codes), restarting
   containers locally for ``restartPolicy: OnFailure`` / ``Always`` up to a bound;
@@ -148,6 +152,7 @@ __all__ = [
     "pod_namespaces",
     "pod_phase",
     "pod_status",
+    "pod_tmp_dir",
     "pods_path",
     "prune_pod_dirs",
     "reclaim",
@@ -323,17 +328,20 @@ def reclaim(workdir: Path) -> dict[str, list[int]]:
     while the caller holds the workdir's lock (:func:`lock_workdir`), so none of them is a live runner's
     (nor one another live process claims: :func:`~bridge.sandbox.netns.remove_namespace` refuses it).
     A namespace still holding processes after the kill timeout is left under its name (logged), and its
-    pod's directory with it, for the next runner to retry.
+    pod's directory with it, for the next runner to retry. Each pod's temporary directory
+    (:func:`pod_tmp_dir`) goes with its namespace.
     """
     removed: dict[str, list[int]] = {}
     for name in sorted(pod_namespaces(workdir)):
         if not (NETNS_DIR / name).exists():
+            shutil.rmtree(pod_tmp_dir(name), ignore_errors=True)
             continue
         try:
             removed[name] = killed = remove_namespace(name)
         except NamespaceBusyError as error:
             log.error("process runner: %s", error)
             continue
+        shutil.rmtree(pod_tmp_dir(name), ignore_errors=True)
         log.warning(
             "process runner: removed namespace %s left by an earlier runner; killed %d processes in it",
             name,
@@ -376,9 +384,10 @@ def container_env(
     host_ip: str,
     base_env: Mapping[str, str],
     home: str | None = None,
+    tmpdir: str | None = None,
 ) -> dict[str, str]:
-    """The environment of one container's process: ``HOME`` (``home``, when given), ``base_env``,
-    ``HOSTNAME``, then its ``env``.
+    """The environment of one container's process: ``HOME`` and ``TMPDIR`` (``home``, ``tmpdir``,
+    when given), ``base_env``, ``HOSTNAME``, then its ``env``.
 
     Values may reference earlier variables with ``$(NAME)``; ``fieldRef`` supports the pod's name,
     namespace, uid, labels and annotations, node name, service account, pod IP and host IP.
@@ -386,6 +395,7 @@ def container_env(
     hostname, _ = pod_hostname(pod)
     return {
         **({"HOME": home} if home is not None else {}),
+        **({"TMPDIR": tmpdir} if tmpdir is not None else {}),
         **base_env,
         "HOSTNAME": hostname,
         **_defined_env(pod=pod, container=container, pod_ip=pod_ip, host_ip=host_ip),
@@ -422,6 +432,7 @@ def container_command(
     host_ip: str,
     base_env: Mapping[str, str],
     home: str | None = None,
+    tmpdir: str | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """The argv (``command + args``, ``$(VAR)`` expanded) and environment of one container
     (:func:`container_env`)."""
@@ -433,7 +444,13 @@ def container_command(
             "command"
         )
     env = container_env(
-        pod=pod, container=container, pod_ip=pod_ip, host_ip=host_ip, base_env=base_env, home=home
+        pod=pod,
+        container=container,
+        pod_ip=pod_ip,
+        host_ip=host_ip,
+        base_env=base_env,
+        home=home,
+        tmpdir=tmpdir,
     )
     defined = _defined_env(pod=pod, container=container, pod_ip=pod_ip, host_ip=host_ip)
     argv = [expand(str(part), defined) for part in [*command, *(container.get("args") or [])]]
@@ -544,6 +561,18 @@ def service_hosts(
                 entries.append(((ns, service, str(address), hostname or ""), [*own, *base]))
     entries.sort(key=lambda entry: entry[0])
     return [(key[2], names) for key, names in entries]
+
+
+POD_TMP_ROOT = Path("/tmp")  # noqa: S108 (a fixed, short root is the point: unix socket paths)
+
+
+def pod_tmp_dir(namespace: str, *, root: Path = POD_TMP_ROOT) -> Path:
+    """The pod's own temporary directory (its ``TMPDIR``), named after its network namespace
+    (``kb-<token>`` gives ``/tmp/kb-pod-<token>``), so that whoever removes the namespace by name
+    removes it too. Short on purpose: Ray puts its unix sockets below it, and a socket path has at
+    most 107 bytes (``<dir>/ray/session_<date>_<time>_<micros>_<pid>/sockets/plasma_store`` needs
+    about 70 of them)."""
+    return root / f"kb-pod-{namespace.removeprefix('kb-')}"
 
 
 def pods_path(path: str, *, python: str = sys.executable) -> str:
@@ -1120,6 +1149,9 @@ class _PodWorker:
             await self._fail_unstarted("NetworkNamespaceError", str(error))
             return
         pod_dir = runner.pod_dir(self.uid)
+        tmp = pod_tmp_dir(self.namespace.name)
+        tmp.mkdir(exist_ok=True)
+        tmp.chmod(0o1777)  # as /tmp: containers running as another user write there too
         self._start_time, self._pod_ip = now_rfc3339(), self.namespace.address
         hostname, _ = pod_hostname(self.pod)
         await runner.services_synced()
@@ -1169,7 +1201,7 @@ class _PodWorker:
         home = pod_dir / "home" / run.name
         argv, env = container_command(
             pod=self.pod, container=container.spec, pod_ip=namespace.address, host_ip=runner.host_ip,
-            base_env=runner.base_env, home=str(home),
+            base_env=runner.base_env, home=str(home), tmpdir=str(pod_tmp_dir(namespace.name)),
         )  # fmt: skip
         if env.get("HOME") == str(home):  # the container's own HOME (its env did not name another)
             home.mkdir(parents=True, exist_ok=True)
@@ -1589,6 +1621,7 @@ class ProcessRunner:
                 return
             if killed:
                 log.info("process runner: killed %d leftover processes in %s", len(killed), namespace.name)
+            shutil.rmtree(pod_tmp_dir(namespace.name), ignore_errors=True)
             self._namespaces.pop(namespace.name, None)
 
         future: asyncio.Future[None] = asyncio.ensure_future(asyncio.to_thread(delete))

@@ -292,7 +292,7 @@ async def test_a_pod_runs_its_command_in_its_own_network_namespace(
     assert namespace.name not in existing_namespaces()
 
 
-async def test_a_login_shell_keeps_the_pods_path_and_a_home_of_its_own(
+async def test_a_login_shell_keeps_the_pods_path_and_a_home_and_tmpdir_of_its_own(
     start_runner: RunnerFactory, pods: Pods, tmp_path: Path
 ) -> None:
     # KubeRay's pods run `/bin/bash -lc -- '<script>'`: a login shell reads the host's /etc/profile
@@ -300,16 +300,21 @@ async def test_a_login_shell_keeps_the_pods_path_and_a_home_of_its_own(
     runner = await start_runner()
     (node,) = runner.node_names
     out = tmp_path / "login.txt"
-    script = 'printf "%s\\n%s\\n%s\\n" "$PATH" "$HOME" "$(command -v python3)" > "$OUT"'
+    script = 'printf "%s\\n%s\\n%s\\n%s\\n" "$PATH" "$HOME" "$(command -v python3)" "$TMPDIR" > "$OUT"'
     await pods.create(
         pod_manifest("login", pod_spec(node, ["/bin/bash", "-lc", "--", script], env={"OUT": str(out)}))
     )
     await pods.phase("login", "Succeeded")
-    path, home, python3 = out.read_text().splitlines()
+    path, home, python3, tmpdir = out.read_text().splitlines()
     assert path.split(os.pathsep)[0] == str(Path(sys.executable).parent)
     assert Path(home).is_relative_to(runner.workdir), home
     assert Path(home).name == "main"  # the container's own
     assert python3 == str(Path(sys.executable).parent / "python3")
+    # a temporary directory of the pod's own, gone with the pod's network namespace
+    assert Path(tmpdir).name.startswith("kb-pod-"), tmpdir
+    await wait_for(
+        lambda: asyncio.to_thread(Path(tmpdir).exists), lambda exists: not exists, what="TMPDIR gone"
+    )
 
 
 async def test_services_resolve_to_their_ready_pods_through_the_hosts_file(

@@ -1,6 +1,6 @@
 """The process runner's stand-ins for what a pod gets from its cluster and its image: Service names in
 /etc/hosts (no cluster DNS, no kube-proxy here), a HOME whose .profile keeps PATH for login shells,
-the pinned Python's folder on PATH, and the env KubeRay's head pod asks for."""
+a TMPDIR of its own, the pinned Python's folder on PATH, and the env KubeRay's head pod asks for."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from bridge.sandbox.runner import (
     container_env,
     hosts_file,
     login_profile,
+    pod_tmp_dir,
     pods_path,
     service_hosts,
 )
@@ -234,3 +235,20 @@ def test_pods_resolve_grpc_names_through_the_hosts_file_unless_told_otherwise(tm
         kubeconfig=tmp_path / "k", node_names=["n"], workdir=tmp_path / "c", env={"GRPC_DNS_RESOLVER": "ares"}
     )
     assert mine.base_env["GRPC_DNS_RESOLVER"] == "ares"
+
+
+def test_a_pods_tmpdir_is_named_after_its_namespace_and_short_enough_for_rays_sockets() -> None:
+    tmp = pod_tmp_dir("kb-0123456789")
+    assert tmp == Path("/tmp/kb-pod-0123456789")
+    # The longest socket path Ray makes below its temp dir (a 7-digit pid), within Linux's 107 bytes.
+    socket = tmp / "ray" / "session_2026-12-02_06-07-18_744123_4194304" / "sockets" / "plasma_store"
+    assert len(str(socket)) <= 107
+    env = container_env(
+        pod=pod(), container={"name": "main"}, pod_ip="1", host_ip="2", base_env={}, tmpdir=str(tmp)
+    )
+    assert env["TMPDIR"] == str(tmp)
+    own = {"name": "main", "env": [{"name": "TMPDIR", "value": "/scratch"}]}
+    assert (
+        container_env(pod=pod(), container=own, pod_ip="1", host_ip="2", base_env={}, tmpdir="/t")["TMPDIR"]
+        == "/scratch"
+    )
