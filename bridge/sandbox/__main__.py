@@ -42,6 +42,7 @@ from bridge.sandbox.kuberay import (
     wait_job_status,
 )
 from bridge.sandbox.processes import StackError
+from bridge.sandbox.runner import PID_NAMESPACE_ANNOTATION
 from bridge.sandbox.slurm import SlurmCluster
 from bridge.sandbox.slurm_root import RootBuildError
 from bridge.sandbox.stack import KubeStack
@@ -128,6 +129,8 @@ def start_shared_ray_cluster(stack: E2EStack) -> dict[str, Any]:
         namespace=RAY_NAMESPACE,
         node_selector={key: value},
         tolerations=[{"key": key, "operator": "Equal", "value": value, "effect": "NoSchedule"}],
+        # The runner nodes also run slurmd pods (host PID namespace); Ray pods want their own.
+        pod_annotations={PID_NAMESPACE_ANNOTATION: "true"},
     )
     stack.client.apply(f"{RAY_API}/namespaces/{RAY_NAMESPACE}/rayclusters", manifest)
     return wait_head_ready(stack.client, namespace=RAY_NAMESPACE, name=RAY_CLUSTER, timeout=300)

@@ -56,6 +56,7 @@ def ray_cluster_manifest(
     job_start_timeout: int = 7 * 24 * 3600,
     node_selector: Mapping[str, str] | None = None,
     tolerations: Sequence[Mapping[str, str]] = (),
+    pod_annotations: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """A RayCluster with a head and no worker groups: the shape of a cluster shared by selector RayJobs.
 
@@ -97,7 +98,10 @@ def ray_cluster_manifest(
                     "num-cpus": str(num_cpus),
                     "object-store-memory": str(object_store_memory),
                 },
-                "template": {"spec": pod_spec},
+                "template": {
+                    **({"metadata": {"annotations": dict(pod_annotations)}} if pod_annotations else {}),
+                    "spec": pod_spec,
+                },
             },
         },
     }

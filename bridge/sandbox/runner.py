@@ -128,6 +128,7 @@ __all__ = [
     "LOCK_FILE",
     "NETNS_FILE",
     "NODE_LOCK_DIR",
+    "PID_NAMESPACE_ANNOTATION",
     "RUNNER_LABEL",
     "ContainerRun",
     "NodeResources",
@@ -159,6 +160,7 @@ __all__ = [
     "service_hosts",
     "should_restart",
     "terminal_phase",
+    "wants_pid_namespace",
 ]
 
 log = logging.getLogger(__name__)
@@ -870,42 +872,92 @@ def lease_manifest(*, node: str, node_uid: str, duration: int, renew_time: str) 
     }
 
 
-# Runs between nsenter/unshare and the container's command (``python -I -S -c`` with argv: hostname,
-# hosts file, command...): set the UTS hostname, bind the pod's hosts file on /etc/hosts in the private
-# mount namespace, ask for SIGKILL when the runner dies, then exec the command (same pid throughout).
+# Runs between nsenter/unshare and the container's command (``python -I -S -c`` with argv: mode,
+# hostname, hosts file, command...): set the UTS hostname, bind the pod's hosts file on /etc/hosts in
+# the private mount namespace, then
+# - mode "exec": ask for SIGKILL when the runner dies and exec the command (same pid throughout);
+# - mode "init": be pid 1 of the pod's PID namespace, as a container runtime's init is: run the command
+#   as its child (in a process group of its own, so that it gets each signal once), forward SIGTERM
+#   and the like to it, reap every orphan, and exit with the command's status (128 + N for death by
+#   signal N). When pid 1 exits, the kernel kills whatever is left in the namespace.
 _POD_INIT = """\
-import ctypes, os, socket, sys
-hostname, hosts, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
+import ctypes, os, signal, socket, sys
+mode, hostname, hosts, argv = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 libc = ctypes.CDLL(None, use_errno=True)
-libc.prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
 socket.sethostname(hostname)
 if libc.mount(hosts.encode(), b"/etc/hosts", None, 4096, None) != 0:  # MS_BIND
     print("process runner: /etc/hosts:", os.strerror(ctypes.get_errno()), file=sys.stderr)
-try:
-    os.execvp(argv[0], argv)
-except OSError as error:
-    print(f"process runner: cannot run {argv[0]!r}: {error}", file=sys.stderr)
-    sys.exit(127)
+def run():
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as error:
+        print(f"process runner: cannot run {argv[0]!r}: {error}", file=sys.stderr)
+        os._exit(127)
+if mode == "exec":
+    libc.prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+    run()
+child = 0
+def forward(signum, frame):
+    if child > 0:
+        try:
+            os.kill(child, signum)
+        except ProcessLookupError:
+            pass
+for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+    signal.signal(signum, forward)
+child = os.fork()
+if child == 0:
+    os.setpgid(0, 0)
+    run()
+while True:
+    try:
+        pid, status = os.wait()
+    except ChildProcessError:
+        sys.exit(0)
+    if pid == child:
+        code = os.waitstatus_to_exitcode(status)
+        sys.exit(128 - code if code < 0 else code)
 """
 
 
-def pod_argv(namespace: NetworkNamespace, *, hostname: str, hosts: Path, argv: Sequence[str]) -> list[str]:
-    """The full argv that runs a container's ``argv`` in the pod's network, UTS and mount namespaces."""
+def pod_argv(
+    namespace: NetworkNamespace,
+    *,
+    hostname: str,
+    hosts: Path,
+    argv: Sequence[str],
+    pid_namespace: bool = False,
+) -> list[str]:
+    """The full argv that runs a container's ``argv`` in the pod's network, UTS and mount namespaces
+    (and, with ``pid_namespace``, a PID namespace of its own with its own ``/proc``, whose init is the
+    runner's: ``setpriv --pdeathsig`` makes ``unshare`` die with the runner, ``--kill-child`` then
+    kills that init, and with it the namespace)."""
+    if not pid_namespace:
+        return [
+            *namespace.enter(),
+            "unshare", "--uts", "--mount", "--",
+            sys.executable, "-I", "-S", "-c", _POD_INIT, "exec", hostname, str(hosts), *argv,
+        ]  # fmt: skip
     return [
         *namespace.enter(),
-        "unshare",
-        "--uts",
-        "--mount",
-        "--",
-        sys.executable,
-        "-I",
-        "-S",
-        "-c",
-        _POD_INIT,
-        hostname,
-        str(hosts),
-        *argv,
-    ]
+        "setpriv", "--pdeathsig=KILL", "--",
+        "unshare", "--uts", "--mount", "--pid", "--fork", "--mount-proc", "--kill-child=SIGKILL", "--",
+        sys.executable, "-I", "-S", "-c", _POD_INIT, "init", hostname, str(hosts), *argv,
+    ]  # fmt: skip
+
+
+PID_NAMESPACE_ANNOTATION = "runner.k8s-bridge.io/pid-namespace"
+"""On a pod, ``"true"`` or ``"false"``: whether each of its containers runs in a PID namespace of its
+own (as in Kubernetes, where a container sees only its own processes); without it, the runner's
+``pid_namespace`` option decides (off by default)."""
+
+
+def wants_pid_namespace(pod: Pod, *, default: bool) -> bool:
+    """Whether ``pod``'s containers get PID namespaces of their own (:data:`PID_NAMESPACE_ANNOTATION`)."""
+    value = str((pod.get("metadata", {}).get("annotations") or {}).get(PID_NAMESPACE_ANNOTATION, "")).lower()
+    if value in ("true", "false"):
+        return value == "true"
+    return default
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -988,7 +1040,13 @@ def check_prerequisites() -> None:
     """Fail with a message naming what is missing: root, and util-linux's nsenter and unshare, and ip."""
     if os.geteuid() != 0:
         raise StackError("the process runner needs root (it creates network, UTS and mount namespaces)")
-    for tool, package in (("nsenter", "util-linux"), ("unshare", "util-linux"), ("ip", "iproute2")):
+    tools = (
+        ("nsenter", "util-linux"),
+        ("unshare", "util-linux"),
+        ("setpriv", "util-linux"),
+        ("ip", "iproute2"),
+    )
+    for tool, package in tools:
         if shutil.which(tool) is None:
             raise StackError(
                 f"the process runner needs {tool!r}: install it with `apt-get install {package}`"
@@ -1216,7 +1274,13 @@ class _PodWorker:
         try:
             container.process = runner.group.start(
                 name,
-                pod_argv(namespace, hostname=hostname, hosts=pod_dir / "hosts", argv=argv),
+                pod_argv(
+                    namespace,
+                    hostname=hostname,
+                    hosts=pod_dir / "hosts",
+                    argv=argv,
+                    pid_namespace=wants_pid_namespace(self.pod, default=runner.pid_namespace),
+                ),
                 env=env,
                 cwd=working_dir,
                 inherit_env=False,
@@ -1402,7 +1466,8 @@ class ProcessRunner:
     otherwise holds only PATH (the runner's, after the folder of its Python), HOME (the container's
     own), HOSTNAME and the container's own ``env``); ``cluster_dns`` (on by default) keeps the
     Services' names in the pods' hosts files under ``cluster_domain`` and puts
-    :data:`CLUSTER_DNS_ENV` in their environment; ``max_restarts`` and
+    :data:`CLUSTER_DNS_ENV` in their environment; ``pid_namespace`` gives each container of a pod
+    without :data:`PID_NAMESPACE_ANNOTATION` a PID namespace of its own; ``max_restarts`` and
     ``restart_backoff`` (doubling, capped at 30 s) bound local restarts; ``max_grace`` caps a deleted
     pod's termination grace period; ``lease_duration`` / ``heartbeat_interval`` as kubelet's node lease.
     """
@@ -1427,6 +1492,7 @@ class ProcessRunner:
         node_lock_dir: Path = NODE_LOCK_DIR,
         cluster_dns: bool = True,
         cluster_domain: str = "cluster.local",
+        pid_namespace: bool = False,
     ) -> None:
         if not node_names:
             raise ValueError("a process runner needs at least one node name")
@@ -1444,6 +1510,7 @@ class ProcessRunner:
         }
         self.cluster_dns = cluster_dns
         self.cluster_domain = cluster_domain
+        self.pid_namespace = pid_namespace
         self._slices: Informer | None = None
         self._hosts_refresh: asyncio.Handle | None = None
         self.max_restarts = max_restarts
@@ -1869,6 +1936,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--taint", action="append", default=[], help="node taint KEY=VALUE:EFFECT")
     parser.add_argument("--env", action="append", default=[], help="env KEY=VALUE for every container")
     parser.add_argument("--host-ip", default="127.0.0.1")
+    parser.add_argument(
+        "--pid-namespace",
+        action="store_true",
+        help=f"a PID namespace per container, unless a pod's {PID_NAMESPACE_ANNOTATION} annotation says no",
+    )
     return parser
 
 
@@ -1887,6 +1959,7 @@ async def _serve(arguments: argparse.Namespace) -> None:
         taints=_taints(arguments.taint),
         env=_pairs(arguments.env, "env"),
         host_ip=arguments.host_ip,
+        pid_namespace=arguments.pid_namespace,
     )
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()

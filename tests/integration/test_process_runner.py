@@ -30,7 +30,13 @@ import pytest
 from kubernetes_asyncio import client as k8s_client
 
 from bridge.sandbox.netns import existing_namespaces
-from bridge.sandbox.runner import RUNNER_LABEL, NodeResources, ProcessRunner, pod_namespaces
+from bridge.sandbox.runner import (
+    PID_NAMESPACE_ANNOTATION,
+    RUNNER_LABEL,
+    NodeResources,
+    ProcessRunner,
+    pod_namespaces,
+)
 from bridge.sandbox.stack import KubeStack
 
 TAINT = {"key": "k8s-bridge.io/runner-test", "value": "true", "effect": "NoSchedule"}
@@ -315,6 +321,49 @@ async def test_a_login_shell_keeps_the_pods_path_and_a_home_and_tmpdir_of_its_ow
     await wait_for(
         lambda: asyncio.to_thread(Path(tmpdir).exists), lambda exists: not exists, what="TMPDIR gone"
     )
+
+
+async def test_a_pod_annotated_for_it_sees_only_its_own_processes(
+    start_runner: RunnerFactory, pods: Pods, tmp_path: Path
+) -> None:
+    runner = await start_runner()
+    (node,) = runner.node_names
+    out = tmp_path / "pids.json"
+    probe = python(
+        """
+        import json, os, subprocess, sys
+        child = subprocess.Popen(["sleep", "6127"])  # left running: it must not outlive the pod
+        pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+        with open(os.environ["OUT"], "w") as f:
+            json.dump({"pid": os.getpid(), "ppid": os.getppid(), "pids": pids, "child": child.pid}, f)
+        sys.exit(3)
+        """
+    )
+    manifest = pod_manifest("isolated", pod_spec(node, probe, env={"OUT": str(out)}))
+    manifest["metadata"]["annotations"] = {PID_NAMESPACE_ANNOTATION: "true"}
+    await pods.create(manifest)
+    pod = await pods.phase("isolated", "Failed")
+    assert pod.status.container_statuses[0].state.terminated.exit_code == 3  # the command's own code
+    seen = json.loads(out.read_text())
+    # pid 1 is the runner's init, the command its child; nothing of the host is visible.
+    assert (seen["ppid"], seen["pid"]) == (1, 2)
+    assert set(seen["pids"]) == {1, 2, seen["child"]}
+    await wait_for(
+        lambda: asyncio.to_thread(_processes_running, ["sleep", "6127"]),
+        lambda found: not found,
+        what="no sleep left",
+    )
+
+
+def _processes_running(argv: list[str]) -> list[int]:
+    wanted = "\0".join(argv).encode() + b"\0"
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if (entry / "cmdline").read_bytes() == wanted:
+                    found.append(int(entry.name))
+    return found
 
 
 async def test_services_resolve_to_their_ready_pods_through_the_hosts_file(

@@ -158,7 +158,9 @@ def runner(kube_stack: KubeStack, tmp_path_factory: pytest.TempPathFactory) -> I
     group = ProcessGroup(workdir)
     argv = [sys.executable, "-m", "bridge.sandbox.runner", "--kubeconfig", str(kube_stack.kubeconfig)]
     argv += ["--node", node, "--workdir", str(workdir / "runner"), "--cpu", "4", "--memory", "8Gi"]
-    argv += ["--taint", f"{TAINT_KEY}=true:NoSchedule"]
+    # Each container in a PID namespace of its own, as in Kubernetes: a Ray driver looks for "its"
+    # raylet among the processes it can see, and would find the head's on a shared host.
+    argv += ["--taint", f"{TAINT_KEY}=true:NoSchedule", "--pid-namespace"]
     process = group.start("runner", argv, env={"PYTHONUNBUFFERED": "1"}, inherit_env=True)
     try:
         wait_nodes_ready(kube_stack.client, [node], timeout=60)

@@ -11,16 +11,20 @@ from typing import Any
 
 import pytest
 
+from bridge.sandbox.netns import NetworkNamespace
 from bridge.sandbox.runner import (
     CLUSTER_DNS_ENV,
+    PID_NAMESPACE_ANNOTATION,
     ProcessRunner,
     container_command,
     container_env,
     hosts_file,
     login_profile,
+    pod_argv,
     pod_tmp_dir,
     pods_path,
     service_hosts,
+    wants_pid_namespace,
 )
 
 
@@ -252,3 +256,36 @@ def test_a_pods_tmpdir_is_named_after_its_namespace_and_short_enough_for_rays_so
         container_env(pod=pod(), container=own, pod_ip="1", host_ip="2", base_env={}, tmpdir="/t")["TMPDIR"]
         == "/scratch"
     )
+
+
+@pytest.mark.parametrize(
+    ("annotation", "default", "expected"),
+    [
+        (None, False, False),
+        (None, True, True),
+        ("true", False, True),
+        ("False", True, False),
+        ("bogus", True, True),
+    ],
+)
+def test_a_pod_asks_for_a_pid_namespace_by_annotation(
+    annotation: str | None, default: bool, expected: bool
+) -> None:
+    item = pod()
+    if annotation is not None:
+        item["metadata"]["annotations"] = {PID_NAMESPACE_ANNOTATION: annotation}
+    assert wants_pid_namespace(item, default=default) is expected
+
+
+def test_in_a_pid_namespace_the_runners_init_is_pid_1_and_dies_with_the_runner() -> None:
+    namespace = NetworkNamespace(name="kb-1", address="10.0.0.2", gateway="10.0.0.1", host_interface="kbh1")
+    argv = pod_argv(
+        namespace, hostname="w", hosts=Path("/w/hosts"), argv=["ray", "start"], pid_namespace=True
+    )
+    unshare = argv[argv.index("unshare") :]
+    assert argv[argv.index("setpriv") + 1] == "--pdeathsig=KILL"
+    assert {"--pid", "--fork", "--mount-proc", "--kill-child=SIGKILL"} <= set(unshare[: unshare.index("--")])
+    assert argv[-5:] == ["init", "w", "/w/hosts", "ray", "start"]
+    plain = pod_argv(namespace, hostname="w", hosts=Path("/w/hosts"), argv=["ray", "start"])
+    assert "--pid" not in plain
+    assert plain[-5:] == ["exec", "w", "/w/hosts", "ray", "start"]
