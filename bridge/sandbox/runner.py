@@ -30,6 +30,11 @@ scheduler binds to one of its nodes it
   puts unix sockets there), removed with the pod's network namespace: a container's ``/tmp`` is its
   own, and two Ray nodes on one host sharing ``/tmp/ray`` share a session directory, where a driver
   on one node reads the other's cached node IP and attaches to the wrong raylet;
+- on request (:data:`PID_NAMESPACE_ANNOTATION` on the pod, or the runner's ``pid_namespace``), runs
+  each container in a PID namespace of its own with its own ``/proc``, the runner's small init as
+  pid 1 (as in Kubernetes, where a container sees only its own processes: a Ray driver picks "its"
+  raylet among the processes it sees). Not the default: slurmd pods chrooted into a root whose
+  ``/proc`` is the host's would then see pids of another namespace;
 - reports the pod through the status subresource as kubelet does (Pending, Running with Ready
   conditions once the processes started, then Succeeded or Failed from the exit codes), restarting
   containers locally for ``restartPolicy: OnFailure`` / ``Always`` up to a bound;
