@@ -1517,6 +1517,7 @@ class ProcessRunner:
         self.cluster_domain = cluster_domain
         self.pid_namespace = pid_namespace
         self._slices: Informer | None = None
+        self._slices_waited = False
         self._hosts_refresh: asyncio.Handle | None = None
         self.max_restarts = max_restarts
         self.restart_backoff = restart_backoff
@@ -1763,14 +1764,17 @@ class ProcessRunner:
         return informer
 
     async def services_synced(self) -> None:
-        """Wait (bounded by :data:`SERVICES_SYNC_TIMEOUT`) for the first list of EndpointSlices, so a
-        pod's first hosts file has them; after that the pod starts anyway, and gets them when the file
-        is rewritten."""
-        if self._slices is not None and not await self._slices.wait_for_sync(SERVICES_SYNC_TIMEOUT):
+        """Wait (bounded by :data:`SERVICES_SYNC_TIMEOUT`, once per runner) for the first list of
+        EndpointSlices, so a pod's first hosts file has them; after that pods start anyway, and get
+        them when the file is rewritten."""
+        if self._slices is None or self._slices_waited:
+            return
+        if not await self._slices.wait_for_sync(SERVICES_SYNC_TIMEOUT):
             log.warning(
-                "process runner: EndpointSlices not listed after %.0fs; starting the pod",
+                "process runner: EndpointSlices not listed after %.0fs; pods start without waiting for them",
                 SERVICES_SYNC_TIMEOUT,
             )
+        self._slices_waited = True
 
     def service_hosts(self, namespace: str) -> list[tuple[str, list[str]]]:
         """The Services' hosts entries as a pod in ``namespace`` sees them (:func:`service_hosts`)."""

@@ -44,7 +44,7 @@ from bridge.sandbox.kuberay import (
 )
 from bridge.sandbox.netns import existing_namespaces, namespace_pids
 from bridge.sandbox.processes import ManagedProcess, ProcessGroup, StackError
-from bridge.sandbox.runner import pod_namespaces
+from bridge.sandbox.runner import pod_namespaces, pod_tmp_dir
 from bridge.sandbox.stack import KubeStack
 from tests.fixtures.kube import _start_or_fail, create_namespace
 
@@ -114,14 +114,18 @@ class Runner:
     workdir: Path
     process: ManagedProcess
     seen_pids: set[int] = field(default_factory=set)
+    seen_namespaces: set[str] = field(default_factory=set)
 
     @property
     def toleration(self) -> dict[str, str]:
         return {"key": TAINT_KEY, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 
     def record_pod_processes(self) -> set[int]:
-        """Remember every process now running in one of the runner's pod namespaces (checked at the end)."""
-        now = {pid for name in pod_namespaces(self.workdir) for pid in namespace_pids(name)}
+        """Remember every pod network namespace of the runner and every process now running in one
+        (checked at the end: a finished pod's record is pruned, so the runner's records would not do)."""
+        names = pod_namespaces(self.workdir)
+        self.seen_namespaces |= names
+        now = {pid for name in names for pid in namespace_pids(name)}
         self.seen_pids |= now
         return now
 
@@ -175,8 +179,11 @@ def runner(kube_stack: KubeStack, tmp_path_factory: pytest.TempPathFactory) -> I
         group.stop(process, grace=30.0)
         group.stop_all()
         kube_stack.client.delete(f"/api/v1/nodes/{node}")
-    left = pod_namespaces(handle.workdir) & set(existing_namespaces())
+    recorded = pod_namespaces(handle.workdir) | handle.seen_namespaces
+    left = recorded & set(existing_namespaces())
     assert not left, f"network namespaces of the runner left behind: {sorted(left)}"
+    tmp_left = [str(pod_tmp_dir(name)) for name in recorded if pod_tmp_dir(name).exists()]
+    assert not tmp_left, f"pods' temporary directories left behind: {tmp_left}"
     leaked = sorted(pid for pid in handle.seen_pids if alive(pid))
     assert not leaked, f"processes of the runner's pods left behind: {leaked}"
     assert handle.seen_pids, "no pod process was ever seen: the leak check checked nothing"
