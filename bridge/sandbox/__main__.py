@@ -3,12 +3,15 @@
 What a newcomer wants from one command: a Kubernetes control plane with the real Kueue and JobSet
 controllers, nodes that really run pods (process-runner nodes) beside simulated ones (kwok), a real
 Slurm cluster whose bridge partition is fed by the bridge, and ``python -m bridge.slurm`` itself,
-all wired the way a site would wire them (:class:`bridge.sandbox.e2e.E2EStack`). It prints how to
-talk to each part and keeps running until Ctrl-C, then stops everything it started.
+all wired the way a site would wire them (:class:`bridge.sandbox.e2e.E2EStack`); and the real KubeRay
+operator with a shared RayCluster (namespace ``ray``, name ``shared``, a head only) whose head runs
+on a runner node, the cluster that selector RayJobs share (``--no-ray`` leaves the Ray part out). It
+prints how to talk to each part and keeps running until Ctrl-C, then stops everything it started.
 
 ``--demo`` submits a held two-node job and prints its way through the bridge (JobSet created, Kueue
-admission, slurmd pods joining, release, completion, clean-up); ``--exit-after-demo`` then stops
-the stack, which makes the command a smoke test of the whole project.
+admission, slurmd pods joining, release, completion, clean-up), then, with the Ray part, a RayJob
+that KubeRay submits to the shared cluster; ``--exit-after-demo`` then stops the stack, which makes
+the command a smoke test of the whole project.
 """
 
 from __future__ import annotations
@@ -28,14 +31,29 @@ from typing import Any
 
 from bridge.sandbox import owners
 from bridge.sandbox.build import MissingPrerequisiteError
+from bridge.sandbox.controllers import COMPONENTS
 from bridge.sandbox.e2e import JOBSETS, E2ESettings, E2EStack
+from bridge.sandbox.kuberay import (
+    RAY_API,
+    head_service,
+    ray_cluster_manifest,
+    ray_job_manifest,
+    wait_head_ready,
+    wait_job_status,
+)
 from bridge.sandbox.processes import StackError
+from bridge.sandbox.runner import PID_NAMESPACE_ANNOTATION
 from bridge.sandbox.slurm import SlurmCluster
 from bridge.sandbox.slurm_root import RootBuildError
 from bridge.sandbox.stack import KubeStack
 from translators.slurm import jobset_name
 
 DEMO_SCRIPT = "#!/bin/sh\nsrun sh -c 'echo \"task $SLURM_PROCID ran on node $SLURMD_NODENAME\"'\n"
+RAY_NAMESPACE = "ray"
+RAY_CLUSTER = "shared"
+RAY_DEMO_ENTRYPOINT = (
+    "python -c \"import ray; ray.init(); print('Ray ran the job on', ray.util.get_node_ip_address())\""
+)
 
 
 def _say(message: str) -> None:
@@ -101,6 +119,53 @@ def run_demo(stack: E2EStack, *, stopping: threading.Event) -> None:
     _say("the bridge drained and deleted the Slurm nodes and deleted the JobSet: nothing is left")
 
 
+def start_shared_ray_cluster(stack: E2EStack) -> dict[str, Any]:
+    """Create the shared RayCluster (a head only) on the runner nodes and wait for KubeRay to call it
+    ready; returns the RayCluster."""
+    stack.kube.control_plane.ensure_namespace(RAY_NAMESPACE)
+    key, value = stack.settings.pool_label
+    manifest = ray_cluster_manifest(
+        RAY_CLUSTER,
+        namespace=RAY_NAMESPACE,
+        node_selector={key: value},
+        tolerations=[{"key": key, "operator": "Equal", "value": value, "effect": "NoSchedule"}],
+        # The runner nodes also run slurmd pods (host PID namespace); Ray pods want their own.
+        pod_annotations={PID_NAMESPACE_ANNOTATION: "true"},
+    )
+    stack.client.apply(f"{RAY_API}/namespaces/{RAY_NAMESPACE}/rayclusters", manifest)
+    return wait_head_ready(stack.client, namespace=RAY_NAMESPACE, name=RAY_CLUSTER, timeout=300)
+
+
+def run_ray_demo(stack: E2EStack, cluster: dict[str, Any]) -> None:
+    """Submit a RayJob to the shared cluster (clusterSelector, HTTPMode) and print where it ran."""
+    name = "sandbox-demo"
+    job = ray_job_manifest(name, namespace=RAY_NAMESPACE, cluster=RAY_CLUSTER, entrypoint=RAY_DEMO_ENTRYPOINT)
+    stack.client.apply(f"{RAY_API}/namespaces/{RAY_NAMESPACE}/rayjobs", job)
+    _say(f"created RayJob {RAY_NAMESPACE}/{name} with clusterSelector ray.io/cluster={RAY_CLUSTER}")
+    status = wait_job_status(
+        stack.client,
+        namespace=RAY_NAMESPACE,
+        name=name,
+        statuses=frozenset({"SUCCEEDED", "FAILED", "STOPPED"}),
+    )
+    proxy = f"/api/v1/namespaces/{RAY_NAMESPACE}/services/{head_service(cluster)}:dashboard/proxy"
+    logs = str(stack.client.get(f"{proxy}/api/jobs/{status['jobId']}/logs").get("logs", "")).strip()
+    if status["jobStatus"] != "SUCCEEDED":
+        raise StackError(f"demo: RayJob {name} ended {status['jobStatus']}: {status}\n{logs}")
+    _say(f"KubeRay submitted it to the shared head and Ray ran it: {logs.splitlines()[-1] if logs else ''}")
+
+
+def _print_ray_guide(kube: KubeStack, cluster: dict[str, Any]) -> None:
+    head = head_service(cluster)
+    _say(
+        f"shared RayCluster {RAY_NAMESPACE}/{RAY_CLUSTER} is ready; submit RayJobs to it with "
+        f"spec.clusterSelector {{ray.io/cluster: {RAY_CLUSTER}}} (submissionMode HTTPMode) in namespace "
+        f"{RAY_NAMESPACE}"
+    )
+    _say(f"its dashboard: {kube.server}/api/v1/namespaces/{RAY_NAMESPACE}/services/{head}:dashboard/proxy/")
+    _say(f"Ray workers join it at {head}.{RAY_NAMESPACE}.svc.cluster.local:6379 from runner pods")
+
+
 def _print_guide(kube: KubeStack, slurm: SlurmCluster, stack: E2EStack) -> None:
     conf = f"SLURM_CONF={slurm.conf_path}"
     prefix = shlex.join(stack.scontrol_prefix()) + " " if stack.scontrol_prefix() else ""
@@ -126,6 +191,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--demo", action="store_true", help="submit a two-node job and follow it through")
     parser.add_argument("--exit-after-demo", action="store_true", help="stop everything after the demo")
     parser.add_argument("--workdir", type=Path, default=None, help="keep every part's files and logs here")
+    parser.add_argument(
+        "--ray",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run the KubeRay operator and a shared RayCluster (default: yes)",
+    )
     args = parser.parse_args(argv)
 
     stopping = threading.Event()
@@ -142,7 +213,11 @@ def main(argv: list[str] | None = None) -> int:
     entry = None if keep else record.add_directory(workdir)  # removed by the next start should we die
     try:
         with (
-            KubeStack(workdir=workdir / "kube", keep_workdir=keep) as kube,
+            KubeStack(
+                workdir=workdir / "kube",
+                keep_workdir=keep,
+                components=(*COMPONENTS, "kuberay") if args.ray else COMPONENTS,
+            ) as kube,
             SlurmCluster(version=args.slurm, keep_workdir=keep) as slurm,
             E2EStack(
                 kube=kube, slurm=slurm, workdir=workdir / "wiring", settings=E2ESettings(pool="sandbox")
@@ -151,8 +226,13 @@ def main(argv: list[str] | None = None) -> int:
             bridge = stack.bridge().start()
             _say(f"k8s-bridge is running (log {bridge.log_path})")
             _print_guide(kube, slurm, stack)
+            cluster = start_shared_ray_cluster(stack) if args.ray else None
+            if cluster is not None:
+                _print_ray_guide(kube, cluster)
             if args.demo:
                 run_demo(stack, stopping=stopping)
+                if cluster is not None:
+                    run_ray_demo(stack, cluster)
             if not (args.demo and args.exit_after_demo):
                 _say("Ctrl-C stops the sandbox")
                 stopping.wait()

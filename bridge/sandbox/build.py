@@ -1,10 +1,11 @@
 """Build or restore the Go binaries and CRDs of the local stack, at the versions in versions.toml.
 
-Why a build step at all: the tests run against the real kube-apiserver, etcd, Kueue, JobSet and kwok,
-never a mock of them, and this machine can reach the Go module proxy but no release download site.
-So every binary is built with ``go build`` from the module proxy, at a pinned version, into a cache
-outside the checkout keyed by that version (``~/.cache/k8s-bridge/bin/<component>-<version>/``):
-a warm run finds the binaries and builds nothing.
+Why a build step at all: the tests run against the real kube-apiserver, etcd, Kueue, JobSet, kwok
+and KubeRay operator, never a mock of them, and this machine can reach the Go module proxy but no
+release download site. So every binary is built with ``go build`` from the module proxy, at a
+pinned version, into a cache outside the checkout keyed by that version
+(``~/.cache/k8s-bridge/bin/<component>-<version>/``): a warm run finds the binaries and builds
+nothing.
 
 ``KUBEBUILDER_ASSETS`` is honoured as in every envtest setup: when it names a folder holding
 ``kube-apiserver`` and ``etcd``, those two are taken from it and not built.
@@ -61,6 +62,7 @@ class StackPaths:
     kueue: Path
     jobset: Path
     kwok: Path
+    kuberay: Path
     crds: Mapping[str, Path]
 
     def as_json(self) -> str:
@@ -86,6 +88,7 @@ def stack_paths(versions: Mapping[str, Any] | None = None) -> StackPaths:
         kueue=root / "bin" / f"kueue-{versions['kueue']['version']}" / "kueue",
         jobset=root / "bin" / f"jobset-{versions['jobset']['version']}" / "jobset",
         kwok=root / "bin" / f"kwok-{versions['kwok']['version']}" / "kwok",
+        kuberay=root / "bin" / f"kuberay-{versions['kuberay']['version']}" / "ray-operator",
         crds={
             name: root / "crds" / f"{name}-{versions[name]['version']}"
             for name in ("kueue", "jobset", "kuberay")
@@ -97,9 +100,9 @@ def _go() -> str:
     go = shutil.which("go")
     if go is None:
         raise MissingPrerequisiteError(
-            "the Go toolchain ('go') is not on PATH: it builds kube-apiserver, etcd, Kueue, JobSet and "
-            "kwok from the Go module proxy. Install Go >= 1.26 (https://go.dev/doc/install) or set "
-            "KUBEBUILDER_ASSETS and provide the binaries yourself."
+            "the Go toolchain ('go') is not on PATH: it builds kube-apiserver, etcd, Kueue, JobSet, "
+            "kwok and the KubeRay operator from the Go module proxy. Install Go >= 1.26 "
+            "(https://go.dev/doc/install) or set KUBEBUILDER_ASSETS and provide the binaries yourself."
         )
     return go
 
@@ -254,6 +257,9 @@ def build_all() -> StackPaths:
         ("kueue", paths.kueue, "sigs.k8s.io/kueue/cmd/kueue"),
         ("jobset", paths.jobset, "sigs.k8s.io/jobset"),
         ("kwok", paths.kwok, "sigs.k8s.io/kwok/cmd/kwok"),
+        # The operator is the module's root package (main.go); `go build -o <dir>/` names it after
+        # the module path's last element, ray-operator.
+        ("kuberay", paths.kuberay, "github.com/ray-project/kuberay/ray-operator"),
     ):
         module, version = versions[name]["module"], versions[name]["version"]
         _go_build_module(binary.parent, module=module, version=version, package=package)
@@ -283,9 +289,9 @@ def render_matrix(versions: Mapping[str, Any]) -> str:
         ),
         ("kwok", versions["kwok"]["version"], f"`{versions['kwok']['module']}/cmd/kwok`"),
         (
-            "KubeRay CRDs (RayCluster, RayJob)",
+            "KubeRay operator and CRDs (RayCluster, RayJob)",
             versions["kuberay"]["version"],
-            f"`{versions['kuberay']['module']}` `config/crd/bases`",
+            f"`{versions['kuberay']['module']}` (root package), CRDs from `config/crd/bases`",
         ),
         ("Slurm", s["host_version"], f"Debian {s['host_release']} packages, REST {s['host_rest']}"),
         (

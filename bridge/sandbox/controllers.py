@@ -21,6 +21,16 @@ kwok runs standalone, so it gets its Stages from ``kwok_stages.yaml`` (the defau
 write, except that pods complete only when annotated with :data:`KWOK_POD_COMPLETE_AFTER`), and
 manages only nodes annotated ``kwok.x-k8s.io/node=fake``; other nodes (e.g. those of a process
 runner) are left alone. :func:`create_kwok_nodes` makes such nodes.
+
+The KubeRay operator (``kuberay``) is optional: it is started only when asked for (it is not in
+:data:`COMPONENTS`, the default), since only the Ray tiers need it and the others should not pay for
+it. It runs with ``--use-kubernetes-proxy``: it reaches each RayCluster's dashboard (job submission
+and status in HTTPMode) through the API server's service proxy
+(``/api/v1/namespaces/<ns>/services/<head svc>:dashboard/proxy``) instead of the head Service's
+cluster DNS name, which no process on the host can resolve (there is no cluster DNS here, and no
+kube-proxy for a ClusterIP). That needs only the head Service's Endpoints (the head pod's IP, which
+the host reaches) and the API server. Its webhooks are off (``ENABLE_WEBHOOKS`` unset), so nothing
+else is needed. See docs/ray-stack-notes.md.
 """
 
 from __future__ import annotations
@@ -48,6 +58,7 @@ __all__ = [
     "KUEUE_NAMESPACE",
     "KWOK_NODE_ANNOTATION",
     "KWOK_POD_COMPLETE_AFTER",
+    "OPTIONAL_COMPONENTS",
     "Controllers",
     "create_kwok_nodes",
     "delete_nodes",
@@ -62,6 +73,10 @@ KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 KWOK_POD_COMPLETE_AFTER = "pod-complete.stage.kwok.x-k8s.io/delay"
 KWOK_STAGES = Path(__file__).with_name("kwok_stages.yaml")
 COMPONENTS = ("kube-controller-manager", "kube-scheduler", "kwok", "jobset", "kueue")
+"""The components started by default, in dependency order."""
+OPTIONAL_COMPONENTS = ("kuberay",)
+"""Components started only when named: the KubeRay operator, for the Ray tiers."""
+_ALL_COMPONENTS = (*COMPONENTS, *OPTIONAL_COMPONENTS)
 
 
 @dataclass(frozen=True)
@@ -72,11 +87,14 @@ class _Component:
 
 
 class Controllers:
-    """kube-controller-manager, kube-scheduler, kwok, JobSet and Kueue against one control plane.
+    """kube-controller-manager, kube-scheduler, kwok, JobSet, Kueue and KubeRay against one control plane.
 
-    ``components`` picks which to run (all by default, in dependency order). ``kueue_frameworks``
-    and ``kueue_config`` (deep-merged into the generated Kueue Configuration, e.g. ``fairSharing``
-    or ``waitForPodsReady``) shape Kueue. The CRDs of Kueue and JobSet must already be installed.
+    ``components`` picks which to run (:data:`COMPONENTS` by default; add ``"kuberay"`` for the
+    KubeRay operator, whose RayCluster and RayJob CRDs must be installed; any subset, e.g. only
+    ``["kuberay"]`` beside a stack already running the others), started in dependency order.
+    ``kueue_frameworks`` and ``kueue_config`` (deep-merged into the generated Kueue Configuration,
+    e.g. ``fairSharing`` or ``waitForPodsReady``) shape Kueue. The CRDs of Kueue and JobSet must
+    already be installed.
     """
 
     def __init__(
@@ -89,12 +107,12 @@ class Controllers:
         kueue_config: Mapping[str, Any] | None = None,
         start_timeout: float = 120.0,
     ) -> None:
-        unknown = set(components) - set(COMPONENTS)
+        unknown = set(components) - set(_ALL_COMPONENTS)
         if unknown:
-            raise ValueError(f"unknown components {sorted(unknown)}; choose from {COMPONENTS}")
+            raise ValueError(f"unknown components {sorted(unknown)}; choose from {_ALL_COMPONENTS}")
         self.control_plane = control_plane
         self.paths = paths or control_plane.paths
-        self.components = [name for name in COMPONENTS if name in components]
+        self.components = [name for name in _ALL_COMPONENTS if name in components]
         self.kueue_frameworks = list(kueue_frameworks)
         self.kueue_config = dict(kueue_config or {})
         self.start_timeout = start_timeout
@@ -115,6 +133,7 @@ class Controllers:
             "kwok": self.paths.kwok,
             "jobset": self.paths.jobset,
             "kueue": self.paths.kueue,
+            "kuberay": self.paths.kuberay,
         }
         return {name: require_binary(paths[name], name) for name in self.components}
 
@@ -208,6 +227,7 @@ class Controllers:
             "kwok": (f"http://127.0.0.1:{port('kwok')}/healthz", False),
             "jobset": (f"http://127.0.0.1:{port('jobset')}/readyz", False),
             "kueue": (f"http://127.0.0.1:{port('kueue')}/readyz", False),
+            "kuberay": (f"http://127.0.0.1:{port('kuberay')}/readyz", False),
         }
 
     def _component_dir(self, name: str) -> Path:
@@ -315,6 +335,21 @@ class Controllers:
         config_path = directory / "config.yaml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         argv = [str(binary), f"--config={config_path}", "--zap-log-level=info"]
+        return argv, {"KUBECONFIG": str(self.control_plane.kubeconfig)}
+
+    def _prepare_kuberay(self, binary: Path) -> tuple[list[str], dict[str, str]]:
+        self.ports["kuberay"] = free_port()
+        argv = [
+            str(binary),
+            f"--kubeconfig={self.control_plane.kubeconfig}",
+            "--enable-leader-election=false",
+            f"--health-probe-bind-address=127.0.0.1:{self.ports['kuberay']}",
+            "--metrics-addr=0",  # controller-runtime: "0" serves no metrics
+            # The head's dashboard through the API server's service proxy: no cluster DNS needed.
+            "--use-kubernetes-proxy",
+            "--log-stdout-encoder=console",
+            "--zap-log-level=info",
+        ]
         return argv, {"KUBECONFIG": str(self.control_plane.kubeconfig)}
 
 

@@ -10,6 +10,31 @@ scheduler binds to one of its nodes it
 - runs each container's ``command + args`` (an argv list, never a shell) inside it, with the pod's
   hostname (a UTS namespace), a kubelet-style ``/etc/hosts`` (a mount namespace) and the container's
   ``env``; init containers run first, one after the other;
+- stands in for cluster DNS in that ``/etc/hosts``: every Service with ready endpoints is listed as
+  ``<svc>.<ns>.svc.cluster.local``, ``<svc>.<ns>.svc``, ``<svc>.<ns>`` (and ``<svc>`` alone in the
+  pod's own namespace; ``<hostname>.<svc>...`` for endpoints with a hostname) mapped to the endpoint
+  pod IPs, read from the EndpointSlices (:func:`service_hosts`). There is no kube-proxy, so a
+  ClusterIP would lead nowhere: the names go straight to the pods, as for a headless Service (a
+  Service whose ``port`` differs from its ``targetPort`` must be called on the target port). The
+  file is rewritten in place whenever the slices change, so a pod sees a Service that appears, or a
+  head that moves, after it started (a process that resolved a name before keeps what it got).
+  Every pod also gets ``GRPC_DNS_RESOLVER=native`` (:data:`CLUSTER_DNS_ENV`): gRPC's default
+  resolver (c-ares) asks the DNS server and skips /etc/hosts, so Ray's GCS client found no head;
+- gives each container a ``HOME`` of its own (``<pod dir>/home/<container>``, unless its ``env`` sets
+  one) holding a ``.profile`` that restores the container's ``PATH``: a login shell
+  (``/bin/bash -lc``, as KubeRay's generated commands use) reads the host's ``/etc/profile``, which
+  on Debian resets ``PATH``, and then ``~/.profile``; a container's image would keep its own ``PATH``
+  and never read the host user's dotfiles. The pods' ``PATH`` starts with the folder of the runner's
+  Python (where the pinned ``ray`` CLI is installed);
+- gives each pod a temporary directory of its own as ``TMPDIR`` (:func:`pod_tmp_dir`, short: Ray
+  puts unix sockets there), removed with the pod's network namespace: a container's ``/tmp`` is its
+  own, and two Ray nodes on one host sharing ``/tmp/ray`` share a session directory, where a driver
+  on one node reads the other's cached node IP and attaches to the wrong raylet;
+- on request (:data:`PID_NAMESPACE_ANNOTATION` on the pod, or the runner's ``pid_namespace``), runs
+  each container in a PID namespace of its own with its own ``/proc``, the runner's small init as
+  pid 1 (as in Kubernetes, where a container sees only its own processes: a Ray driver picks "its"
+  raylet among the processes it sees). Not the default: slurmd pods chrooted into a root whose
+  ``/proc`` is the host's would then see pids of another namespace;
 - reports the pod through the status subresource as kubelet does (Pending, Running with Ready
   conditions once the processes started, then Succeeded or Failed from the exit codes), restarting
   containers locally for ``restartPolicy: OnFailure`` / ``Always`` up to a bound;
@@ -21,9 +46,10 @@ pods) alone; it keeps them Ready with a node Lease in ``kube-node-lease`` renewe
 
 What it does not do, on purpose: the container image is ignored (commands run from the host
 filesystem, with the host's PATH); volumes, resource limits, probes and security contexts are
-ignored; ``envFrom``, ``configMapKeyRef``/``secretKeyRef``/``resourceFieldRef`` env, sidecar init
-containers and containers without ``command`` are refused: such a pod is marked Failed with a message
-saying why, never half-run.
+ignored (a pod is Ready as soon as its processes run: readiness probes are not run); ``envFrom``,
+``configMapKeyRef``/``secretKeyRef``/``resourceFieldRef`` env, sidecar init containers and
+containers without ``command`` are refused: such a pod is marked Failed with a message saying why,
+never half-run.
 
 Level-based: everything is derived from the pods on its nodes, read through ``bridge.runtime``'s
 client and informers (one per node, field selector ``spec.nodeName``). A runner that starts and finds
@@ -61,11 +87,12 @@ import logging
 import os
 import platform
 import re
+import shlex
 import shutil
 import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -102,9 +129,11 @@ from bridge.sandbox.netns import (
 from bridge.sandbox.processes import ManagedProcess, ProcessGroup, StackError
 
 __all__ = [
+    "CLUSTER_DNS_ENV",
     "LOCK_FILE",
     "NETNS_FILE",
     "NODE_LOCK_DIR",
+    "PID_NAMESPACE_ANNOTATION",
     "RUNNER_LABEL",
     "ContainerRun",
     "NodeResources",
@@ -120,6 +149,7 @@ __all__ = [
     "lease_manifest",
     "lock_node",
     "lock_workdir",
+    "login_profile",
     "node_manifest",
     "node_status",
     "pod_argv",
@@ -128,10 +158,14 @@ __all__ = [
     "pod_namespaces",
     "pod_phase",
     "pod_status",
+    "pod_tmp_dir",
+    "pods_path",
     "prune_pod_dirs",
     "reclaim",
+    "service_hosts",
     "should_restart",
     "terminal_phase",
+    "wants_pid_namespace",
 ]
 
 log = logging.getLogger(__name__)
@@ -153,6 +187,12 @@ FIELD_MANAGER = "k8s-bridge-process-runner"
 KUBELET_VERSION = "v0.0.0-k8s-bridge-process-runner"
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+SERVICES_SYNC_TIMEOUT = 10.0
+CLUSTER_DNS_ENV = {"GRPC_DNS_RESOLVER": "native"}
+"""In every pod's environment while the runner stands in for cluster DNS: gRPC (Ray's GCS client
+among its users) resolves names with c-ares by default, which asks the DNS server and never reads
+/etc/hosts; its ``native`` resolver uses getaddrinfo, which does. A container's own ``env`` wins."""
+"""Seconds a pod waits at most for the runner's first list of EndpointSlices before it starts."""
 
 Pod = Mapping[str, Any]
 Phase = Literal["Pending", "Running", "Succeeded", "Failed"]
@@ -295,17 +335,20 @@ def reclaim(workdir: Path) -> dict[str, list[int]]:
     while the caller holds the workdir's lock (:func:`lock_workdir`), so none of them is a live runner's
     (nor one another live process claims: :func:`~bridge.sandbox.netns.remove_namespace` refuses it).
     A namespace still holding processes after the kill timeout is left under its name (logged), and its
-    pod's directory with it, for the next runner to retry.
+    pod's directory with it, for the next runner to retry. Each pod's temporary directory
+    (:func:`pod_tmp_dir`) goes with its namespace.
     """
     removed: dict[str, list[int]] = {}
     for name in sorted(pod_namespaces(workdir)):
         if not (NETNS_DIR / name).exists():
+            shutil.rmtree(pod_tmp_dir(name), ignore_errors=True)
             continue
         try:
             removed[name] = killed = remove_namespace(name)
         except NamespaceBusyError as error:
             log.error("process runner: %s", error)
             continue
+        shutil.rmtree(pod_tmp_dir(name), ignore_errors=True)
         log.warning(
             "process runner: removed namespace %s left by an earlier runner; killed %d processes in it",
             name,
@@ -347,14 +390,19 @@ def container_env(
     pod_ip: str,
     host_ip: str,
     base_env: Mapping[str, str],
+    home: str | None = None,
+    tmpdir: str | None = None,
 ) -> dict[str, str]:
-    """The environment of one container's process: ``base_env``, ``HOSTNAME``, then its ``env``.
+    """The environment of one container's process: ``HOME`` and ``TMPDIR`` (``home``, ``tmpdir``,
+    when given), ``base_env``, ``HOSTNAME``, then its ``env``.
 
     Values may reference earlier variables with ``$(NAME)``; ``fieldRef`` supports the pod's name,
     namespace, uid, labels and annotations, node name, service account, pod IP and host IP.
     """
     hostname, _ = pod_hostname(pod)
     return {
+        **({"HOME": home} if home is not None else {}),
+        **({"TMPDIR": tmpdir} if tmpdir is not None else {}),
         **base_env,
         "HOSTNAME": hostname,
         **_defined_env(pod=pod, container=container, pod_ip=pod_ip, host_ip=host_ip),
@@ -390,8 +438,11 @@ def container_command(
     pod_ip: str,
     host_ip: str,
     base_env: Mapping[str, str],
+    home: str | None = None,
+    tmpdir: str | None = None,
 ) -> tuple[list[str], dict[str, str]]:
-    """The argv (``command + args``, ``$(VAR)`` expanded) and environment of one container."""
+    """The argv (``command + args``, ``$(VAR)`` expanded) and environment of one container
+    (:func:`container_env`)."""
     name = container.get("name", "?")
     command = list(container.get("command") or [])
     if not command:
@@ -399,7 +450,15 @@ def container_command(
             f"container {name!r} has no command: the process runner ignores images, so it needs an explicit "
             "command"
         )
-    env = container_env(pod=pod, container=container, pod_ip=pod_ip, host_ip=host_ip, base_env=base_env)
+    env = container_env(
+        pod=pod,
+        container=container,
+        pod_ip=pod_ip,
+        host_ip=host_ip,
+        base_env=base_env,
+        home=home,
+        tmpdir=tmpdir,
+    )
     defined = _defined_env(pod=pod, container=container, pod_ip=pod_ip, host_ip=host_ip)
     argv = [expand(str(part), defined) for part in [*command, *(container.get("args") or [])]]
     return argv, env
@@ -442,8 +501,16 @@ def pod_hostname(pod: Pod, *, cluster_domain: str = "cluster.local") -> tuple[st
     return hostname, fqdn
 
 
-def hosts_file(pod: Pod, *, pod_ip: str, cluster_domain: str = "cluster.local") -> str:
-    """The pod's ``/etc/hosts``, laid out as kubelet writes it (localhost, the pod, ``hostAliases``)."""
+def hosts_file(
+    pod: Pod,
+    *,
+    pod_ip: str,
+    cluster_domain: str = "cluster.local",
+    services: Sequence[tuple[str, Sequence[str]]] = (),
+) -> str:
+    """The pod's ``/etc/hosts``, laid out as kubelet writes it (localhost, the pod, ``hostAliases``),
+    then ``services`` (``(ip, names)``, from :func:`service_hosts`): the cluster-DNS stand-in, last so
+    that the pod's own names and its ``hostAliases`` win."""
     hostname, fqdn = pod_hostname(pod, cluster_domain=cluster_domain)
     short = hostname.split(".")[0]
     names = [fqdn, short] if fqdn else [hostname]
@@ -459,7 +526,81 @@ def hosts_file(pod: Pod, *, pod_ip: str, cluster_domain: str = "cluster.local") 
     ]
     for alias in pod.get("spec", {}).get("hostAliases") or []:
         lines.append(f"{alias['ip']}\t{chr(9).join(alias.get('hostnames') or [])}")
+    if services:
+        lines.append("# Services of the cluster, to their ready endpoints (cluster-DNS stand-in).")
+        lines.extend(f"{ip}\t{chr(9).join(names)}" for ip, names in services)
     return "\n".join(lines) + "\n"
+
+
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+
+
+def service_hosts(
+    slices: Iterable[Mapping[str, Any]], *, namespace: str, cluster_domain: str = "cluster.local"
+) -> list[tuple[str, list[str]]]:
+    """Hosts entries that stand in for cluster DNS, from EndpointSlices: ``(ip, names)`` per endpoint.
+
+    For each IPv4 slice of a Service ``<svc>`` in ``<ns>`` (label ``kubernetes.io/service-name``),
+    each address of an endpoint that is ready (``conditions.ready`` unset counts as ready, as the API
+    says; a headless Service with ``publishNotReadyAddresses`` has every endpoint ready) is named
+    ``<svc>.<ns>.svc.<domain>``, ``<svc>.<ns>.svc``, ``<svc>.<ns>``, and ``<svc>`` when ``<ns>`` is
+    the pod's ``namespace`` (what its DNS search path would find); an endpoint with a ``hostname``
+    (a pod with that ``hostname`` and the Service as ``subdomain``) is also ``<hostname>.<svc>.<ns>.svc
+    .<domain>`` as cluster DNS names it. Sorted by namespace, Service, then address, so the file only
+    changes when the endpoints do.
+    """
+    entries: list[tuple[tuple[str, str, str, str], list[str]]] = []
+    for item in slices:
+        metadata = item.get("metadata") or {}
+        service = (metadata.get("labels") or {}).get(SERVICE_NAME_LABEL)
+        ns = metadata.get("namespace")
+        if not service or not ns or item.get("addressType", "IPv4") != "IPv4":
+            continue
+        base = [f"{service}.{ns}.svc.{cluster_domain}", f"{service}.{ns}.svc", f"{service}.{ns}"]
+        if ns == namespace:
+            base.append(service)
+        for endpoint in item.get("endpoints") or []:
+            if (endpoint.get("conditions") or {}).get("ready") is False:
+                continue
+            hostname = endpoint.get("hostname")
+            own = [f"{hostname}.{service}.{ns}.svc.{cluster_domain}"] if hostname else []
+            for address in endpoint.get("addresses") or []:
+                entries.append(((ns, service, str(address), hostname or ""), [*own, *base]))
+    entries.sort(key=lambda entry: entry[0])
+    return [(key[2], names) for key, names in entries]
+
+
+POD_TMP_ROOT = Path("/tmp")  # noqa: S108 (a fixed, short root is the point: unix socket paths)
+
+
+def pod_tmp_dir(namespace: str, *, root: Path = POD_TMP_ROOT) -> Path:
+    """The pod's own temporary directory (its ``TMPDIR``), named after its network namespace
+    (``kb-<token>`` gives ``/tmp/kb-pod-<token>``), so that whoever removes the namespace by name
+    removes it too. Short on purpose: Ray puts its unix sockets below it, and a socket path has at
+    most 107 bytes (``<dir>/ray/session_<date>_<time>_<micros>_<pid>/sockets/plasma_store`` needs
+    about 70 of them)."""
+    return root / f"kb-pod-{namespace.removeprefix('kb-')}"
+
+
+def pods_path(path: str, *, python: str = sys.executable) -> str:
+    """The pods' ``PATH``: ``path`` after the folder of the runner's Python (its environment's
+    ``ray`` and other CLIs, at the versions the stack pins), unless ``path`` has that folder already."""
+    folder = str(Path(python).parent)
+    parts = path.split(os.pathsep) if path else []
+    return path if folder in parts else os.pathsep.join([folder, *parts])
+
+
+def login_profile(path: str) -> str:
+    """The ``~/.profile`` of a container's own ``HOME``: set ``PATH`` back to the container's.
+
+    A login shell (``bash -l``, ``sh -l``) reads ``/etc/profile`` and then the first of
+    ``~/.bash_profile``, ``~/.bash_login``, ``~/.profile``; Debian's ``/etc/profile`` resets ``PATH``
+    to the system default, which would hide the container's ``PATH`` (the ``ray`` CLI among it).
+    """
+    return (
+        "# Written by the k8s-bridge process runner: the container's PATH, which /etc/profile reset.\n"
+        f"PATH={shlex.quote(path)}\nexport PATH\n"
+    )
 
 
 @dataclass
@@ -736,42 +877,92 @@ def lease_manifest(*, node: str, node_uid: str, duration: int, renew_time: str) 
     }
 
 
-# Runs between nsenter/unshare and the container's command (``python -I -S -c`` with argv: hostname,
-# hosts file, command...): set the UTS hostname, bind the pod's hosts file on /etc/hosts in the private
-# mount namespace, ask for SIGKILL when the runner dies, then exec the command (same pid throughout).
+# Runs between nsenter/unshare and the container's command (``python -I -S -c`` with argv: mode,
+# hostname, hosts file, command...): set the UTS hostname, bind the pod's hosts file on /etc/hosts in
+# the private mount namespace, then
+# - mode "exec": ask for SIGKILL when the runner dies and exec the command (same pid throughout);
+# - mode "init": be pid 1 of the pod's PID namespace, as a container runtime's init is: run the command
+#   as its child (in a process group of its own, so that it gets each signal once), forward SIGTERM
+#   and the like to it, reap every orphan, and exit with the command's status (128 + N for death by
+#   signal N). When pid 1 exits, the kernel kills whatever is left in the namespace.
 _POD_INIT = """\
-import ctypes, os, socket, sys
-hostname, hosts, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
+import ctypes, os, signal, socket, sys
+mode, hostname, hosts, argv = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 libc = ctypes.CDLL(None, use_errno=True)
-libc.prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
 socket.sethostname(hostname)
 if libc.mount(hosts.encode(), b"/etc/hosts", None, 4096, None) != 0:  # MS_BIND
     print("process runner: /etc/hosts:", os.strerror(ctypes.get_errno()), file=sys.stderr)
-try:
-    os.execvp(argv[0], argv)
-except OSError as error:
-    print(f"process runner: cannot run {argv[0]!r}: {error}", file=sys.stderr)
-    sys.exit(127)
+def run():
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as error:
+        print(f"process runner: cannot run {argv[0]!r}: {error}", file=sys.stderr)
+        os._exit(127)
+if mode == "exec":
+    libc.prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+    run()
+child = 0
+def forward(signum, frame):
+    if child > 0:
+        try:
+            os.kill(child, signum)
+        except ProcessLookupError:
+            pass
+for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+    signal.signal(signum, forward)
+child = os.fork()
+if child == 0:
+    os.setpgid(0, 0)
+    run()
+while True:
+    try:
+        pid, status = os.wait()
+    except ChildProcessError:
+        sys.exit(0)
+    if pid == child:
+        code = os.waitstatus_to_exitcode(status)
+        sys.exit(128 - code if code < 0 else code)
 """
 
 
-def pod_argv(namespace: NetworkNamespace, *, hostname: str, hosts: Path, argv: Sequence[str]) -> list[str]:
-    """The full argv that runs a container's ``argv`` in the pod's network, UTS and mount namespaces."""
+def pod_argv(
+    namespace: NetworkNamespace,
+    *,
+    hostname: str,
+    hosts: Path,
+    argv: Sequence[str],
+    pid_namespace: bool = False,
+) -> list[str]:
+    """The full argv that runs a container's ``argv`` in the pod's network, UTS and mount namespaces
+    (and, with ``pid_namespace``, a PID namespace of its own with its own ``/proc``, whose init is the
+    runner's: ``setpriv --pdeathsig`` makes ``unshare`` die with the runner, ``--kill-child`` then
+    kills that init, and with it the namespace)."""
+    if not pid_namespace:
+        return [
+            *namespace.enter(),
+            "unshare", "--uts", "--mount", "--",
+            sys.executable, "-I", "-S", "-c", _POD_INIT, "exec", hostname, str(hosts), *argv,
+        ]  # fmt: skip
     return [
         *namespace.enter(),
-        "unshare",
-        "--uts",
-        "--mount",
-        "--",
-        sys.executable,
-        "-I",
-        "-S",
-        "-c",
-        _POD_INIT,
-        hostname,
-        str(hosts),
-        *argv,
-    ]
+        "setpriv", "--pdeathsig=KILL", "--",
+        "unshare", "--uts", "--mount", "--pid", "--fork", "--mount-proc", "--kill-child=SIGKILL", "--",
+        sys.executable, "-I", "-S", "-c", _POD_INIT, "init", hostname, str(hosts), *argv,
+    ]  # fmt: skip
+
+
+PID_NAMESPACE_ANNOTATION = "runner.k8s-bridge.io/pid-namespace"
+"""On a pod, ``"true"`` or ``"false"``: whether each of its containers runs in a PID namespace of its
+own (as in Kubernetes, where a container sees only its own processes); without it, the runner's
+``pid_namespace`` option decides (off by default)."""
+
+
+def wants_pid_namespace(pod: Pod, *, default: bool) -> bool:
+    """Whether ``pod``'s containers get PID namespaces of their own (:data:`PID_NAMESPACE_ANNOTATION`)."""
+    value = str((pod.get("metadata", {}).get("annotations") or {}).get(PID_NAMESPACE_ANNOTATION, "")).lower()
+    if value in ("true", "false"):
+        return value == "true"
+    return default
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -785,15 +976,18 @@ _NODES = Resource(
     group="", version="v1", plural="nodes", kind="Node", namespaced=False, subresources=frozenset({"status"})
 )
 _LEASES = Resource(group="coordination.k8s.io", version="v1", plural="leases", kind="Lease", namespaced=True)
+_ENDPOINT_SLICES = Resource(
+    group="discovery.k8s.io", version="v1", plural="endpointslices", kind="EndpointSlice", namespaced=True
+)
 
 _TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError)
 """Failures to reach the API server at all (as opposed to an answer with an error status)."""
 
 
 def _client(session: Session) -> Client:
-    """A client that knows the runner's three kinds in advance: no discovery request is ever needed."""
+    """A client that knows the runner's kinds in advance: no discovery request is ever needed."""
     discovery = Discovery(session)
-    for resource in (_PODS, _NODES, _LEASES):
+    for resource in (_PODS, _NODES, _LEASES, _ENDPOINT_SLICES):
         discovery.register(resource)
     return Client(session, discovery=discovery)
 
@@ -816,6 +1010,23 @@ class _PodEvents:
         self._runner.observe(obj, gone=True)
 
 
+class _SliceEvents:
+    """Tells the runner that the EndpointSlices changed (an :class:`~bridge.runtime.EventHandler`)."""
+
+    def __init__(self, runner: ProcessRunner) -> None:
+        self._runner = runner
+
+    def on_add(self, obj: Object, *, is_initial_list: bool) -> None:
+        self._runner.services_changed()
+
+    def on_update(self, old: Object, new: Object) -> None:
+        if old.get("endpoints") != new.get("endpoints"):
+            self._runner.services_changed()
+
+    def on_delete(self, obj: Object) -> None:
+        self._runner.services_changed()
+
+
 # ---------------------------------------------------------------------------------------------------
 # The runner.
 # ---------------------------------------------------------------------------------------------------
@@ -834,7 +1045,13 @@ def check_prerequisites() -> None:
     """Fail with a message naming what is missing: root, and util-linux's nsenter and unshare, and ip."""
     if os.geteuid() != 0:
         raise StackError("the process runner needs root (it creates network, UTS and mount namespaces)")
-    for tool, package in (("nsenter", "util-linux"), ("unshare", "util-linux"), ("ip", "iproute2")):
+    tools = (
+        ("nsenter", "util-linux"),
+        ("unshare", "util-linux"),
+        ("setpriv", "util-linux"),
+        ("ip", "iproute2"),
+    )
+    for tool, package in tools:
         if shutil.which(tool) is None:
             raise StackError(
                 f"the process runner needs {tool!r}: install it with `apt-get install {package}`"
@@ -859,6 +1076,18 @@ class _PodWorker:
         self._finalized = False
         self._timers: list[asyncio.TimerHandle] = []
         self._pidfds: list[int] = []
+        self.hosts_path: Path | None = None
+        """The pod's hosts file once written (bound on /etc/hosts in each of its containers)."""
+
+    def hosts(self) -> str:
+        """The pod's hosts file as it should read now (its names, its aliases, the Services)."""
+        assert self._pod_ip is not None
+        return hosts_file(
+            self.pod,
+            pod_ip=self._pod_ip,
+            cluster_domain=self._runner.cluster_domain,
+            services=self._runner.service_hosts(self.pod["metadata"].get("namespace", "")),
+        )
 
     # -- notifications -------------------------------------------------------------------------------
 
@@ -983,9 +1212,14 @@ class _PodWorker:
             await self._fail_unstarted("NetworkNamespaceError", str(error))
             return
         pod_dir = runner.pod_dir(self.uid)
+        tmp = pod_tmp_dir(self.namespace.name)
+        tmp.mkdir(exist_ok=True)
+        tmp.chmod(0o1777)  # as /tmp: containers running as another user write there too
         self._start_time, self._pod_ip = now_rfc3339(), self.namespace.address
         hostname, _ = pod_hostname(self.pod)
-        (pod_dir / "hosts").write_text(hosts_file(self.pod, pod_ip=self.namespace.address))
+        await runner.services_synced()
+        self.hosts_path = pod_dir / "hosts"
+        self.hosts_path.write_text(self.hosts())
         log.info("process runner: pod %s at %s (%s)", self._key, self.namespace.address, self.namespace.name)
         while True:
             if self.deleting:
@@ -1027,10 +1261,14 @@ class _PodWorker:
     def _start(self, container: _Container, *, hostname: str, pod_dir: Path) -> None:
         runner, run, namespace = self._runner, container.run, self.namespace
         assert namespace is not None
+        home = pod_dir / "home" / run.name
         argv, env = container_command(
             pod=self.pod, container=container.spec, pod_ip=namespace.address, host_ip=runner.host_ip,
-            base_env=runner.base_env,
+            base_env=runner.base_env, home=str(home), tmpdir=str(pod_tmp_dir(namespace.name)),
         )  # fmt: skip
+        if env.get("HOME") == str(home):  # the container's own HOME (its env did not name another)
+            home.mkdir(parents=True, exist_ok=True)
+            (home / ".profile").write_text(login_profile(env.get("PATH", DEFAULT_PATH)))
         working_dir = Path(container.spec.get("workingDir") or pod_dir)
         if not working_dir.is_dir():
             working_dir = pod_dir
@@ -1041,7 +1279,13 @@ class _PodWorker:
         try:
             container.process = runner.group.start(
                 name,
-                pod_argv(namespace, hostname=hostname, hosts=pod_dir / "hosts", argv=argv),
+                pod_argv(
+                    namespace,
+                    hostname=hostname,
+                    hosts=pod_dir / "hosts",
+                    argv=argv,
+                    pid_namespace=wants_pid_namespace(self.pod, default=runner.pid_namespace),
+                ),
                 env=env,
                 cwd=working_dir,
                 inherit_env=False,
@@ -1224,7 +1468,11 @@ class ProcessRunner:
     Options: ``resources`` (capacity = allocatable of each node, extended resources included),
     ``labels`` and ``taints`` for the nodes (e.g. a ResourceFlavor's node labels); ``host_ip`` (the
     nodes' InternalIP and the pods' hostIP); ``env`` added to every container's environment (which
-    otherwise holds only PATH, HOME, HOSTNAME and the container's own ``env``); ``max_restarts`` and
+    otherwise holds only PATH (the runner's, after the folder of its Python), HOME (the container's
+    own), HOSTNAME and the container's own ``env``); ``cluster_dns`` (on by default) keeps the
+    Services' names in the pods' hosts files under ``cluster_domain`` and puts
+    :data:`CLUSTER_DNS_ENV` in their environment; ``pid_namespace`` gives each container of a pod
+    without :data:`PID_NAMESPACE_ANNOTATION` a PID namespace of its own; ``max_restarts`` and
     ``restart_backoff`` (doubling, capped at 30 s) bound local restarts; ``max_grace`` caps a deleted
     pod's termination grace period; ``lease_duration`` / ``heartbeat_interval`` as kubelet's node lease.
     """
@@ -1247,6 +1495,9 @@ class ProcessRunner:
         heartbeat_interval: float = 10.0,
         watch_timeout: int = 300,
         node_lock_dir: Path = NODE_LOCK_DIR,
+        cluster_dns: bool = True,
+        cluster_domain: str = "cluster.local",
+        pid_namespace: bool = False,
     ) -> None:
         if not node_names:
             raise ValueError("a process runner needs at least one node name")
@@ -1258,10 +1509,16 @@ class ProcessRunner:
         self.taints = [dict(taint) for taint in taints]
         self.host_ip = host_ip
         self.base_env = {
-            "PATH": os.environ.get("PATH", DEFAULT_PATH),
-            "HOME": os.environ.get("HOME", "/root"),
+            "PATH": pods_path(os.environ.get("PATH", DEFAULT_PATH)),
+            **(CLUSTER_DNS_ENV if cluster_dns else {}),
             **(env or {}),
         }
+        self.cluster_dns = cluster_dns
+        self.cluster_domain = cluster_domain
+        self.pid_namespace = pid_namespace
+        self._slices: Informer | None = None
+        self._slices_waited = False
+        self._hosts_refresh: asyncio.Handle | None = None
         self.max_restarts = max_restarts
         self.restart_backoff = restart_backoff
         self.max_grace = max_grace
@@ -1299,6 +1556,8 @@ class ProcessRunner:
             await asyncio.to_thread(reclaim, self.workdir)
             self._session = await Session.load(config_file=self.kubeconfig)
             self._client = _client(self._session)
+            if self.cluster_dns:
+                self._slices = self._slice_informer()
             for name in self.node_names:
                 await self._register(name)
                 await self._renew_lease(name)
@@ -1327,6 +1586,10 @@ class ProcessRunner:
     async def _close(self) -> None:
         """Close the API session and give the workdir and nodes up (the locks go with the process anyway)."""
         session, self._session, self._client = self._session, None, None
+        self._slices = None
+        if self._hosts_refresh is not None:
+            self._hosts_refresh.cancel()
+            self._hosts_refresh = None
         try:
             if session is not None:
                 await session.close()
@@ -1362,6 +1625,8 @@ class ProcessRunner:
         async with asyncio.TaskGroup() as tasks:
             self._tasks = tasks
             tasks.create_task(self._heartbeat(), name="process-runner-heartbeat")
+            if self._slices is not None:
+                tasks.create_task(self._slices.run(), name="process-runner-endpointslices")
             for name in self.node_names:
                 informer = self._pod_informer(name)
                 tasks.create_task(informer.run(), name=f"process-runner-pods-{name}")
@@ -1429,6 +1694,7 @@ class ProcessRunner:
                 return
             if killed:
                 log.info("process runner: killed %d leftover processes in %s", len(killed), namespace.name)
+            shutil.rmtree(pod_tmp_dir(namespace.name), ignore_errors=True)
             self._namespaces.pop(namespace.name, None)
 
         future: asyncio.Future[None] = asyncio.ensure_future(asyncio.to_thread(delete))
@@ -1479,6 +1745,69 @@ class ProcessRunner:
             log.warning("process runner: cannot delete pod %s/%s: %s", meta["namespace"], meta["name"], error)
             return False
         return True
+
+    # -- the cluster-DNS stand-in --------------------------------------------------------------------
+
+    def _slice_informer(self) -> Informer:
+        """List then watch every EndpointSlice (all namespaces): the Services' ready endpoints."""
+        informer = Informer(
+            self.client,
+            _ENDPOINT_SLICES,
+            resync_period=None,
+            settings=ReflectorSettings(
+                watch_timeout=(self.watch_timeout, self.watch_timeout),
+                backoff=BackoffSettings(initial=0.5, maximum=10.0),
+            ),
+            registry=None,
+        )
+        informer.add_handler(_SliceEvents(self))
+        return informer
+
+    async def services_synced(self) -> None:
+        """Wait (bounded by :data:`SERVICES_SYNC_TIMEOUT`, once per runner) for the first list of
+        EndpointSlices, so a pod's first hosts file has them; after that pods start anyway, and get
+        them when the file is rewritten."""
+        if self._slices is None or self._slices_waited:
+            return
+        if not await self._slices.wait_for_sync(SERVICES_SYNC_TIMEOUT):
+            log.warning(
+                "process runner: EndpointSlices not listed after %.0fs; pods start without waiting for them",
+                SERVICES_SYNC_TIMEOUT,
+            )
+        self._slices_waited = True
+
+    def service_hosts(self, namespace: str) -> list[tuple[str, list[str]]]:
+        """The Services' hosts entries as a pod in ``namespace`` sees them (:func:`service_hosts`)."""
+        if self._slices is None:
+            return []
+        return service_hosts(
+            self._slices.store.list(), namespace=namespace, cluster_domain=self.cluster_domain
+        )
+
+    def services_changed(self) -> None:
+        """Rewrite the running pods' hosts files soon (once for a burst of EndpointSlice events)."""
+        if self._hosts_refresh is None:
+            self._hosts_refresh = asyncio.get_running_loop().call_later(0.1, self._refresh_hosts)
+
+    def _refresh_hosts(self) -> None:
+        """Write each running pod's hosts file again where it changed: in place, not by rename, since
+        each container has this very file (inode) bound on its /etc/hosts."""
+        self._hosts_refresh = None
+        for worker in list(self._workers.values()):
+            path = worker.hosts_path
+            if path is None or worker.namespace is None:
+                continue
+            wanted = worker.hosts().encode()
+            try:
+                with path.open("r+b") as handle:
+                    if handle.read() == wanted:
+                        continue
+                    handle.seek(0)
+                    handle.write(wanted)
+                    handle.truncate()
+            except FileNotFoundError:  # the pod is finishing: its directory is going
+                continue
+            log.info("process runner: hosts file of pod %s updated (Services changed)", worker.uid)
 
     # -- nodes ---------------------------------------------------------------------------------------
 
@@ -1616,6 +1945,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--taint", action="append", default=[], help="node taint KEY=VALUE:EFFECT")
     parser.add_argument("--env", action="append", default=[], help="env KEY=VALUE for every container")
     parser.add_argument("--host-ip", default="127.0.0.1")
+    parser.add_argument(
+        "--pid-namespace",
+        action="store_true",
+        help=f"a PID namespace per container, unless a pod's {PID_NAMESPACE_ANNOTATION} annotation says no",
+    )
     return parser
 
 
@@ -1634,6 +1968,7 @@ async def _serve(arguments: argparse.Namespace) -> None:
         taints=_taints(arguments.taint),
         env=_pairs(arguments.env, "env"),
         host_ip=arguments.host_ip,
+        pid_namespace=arguments.pid_namespace,
     )
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -4,7 +4,8 @@ Why a composition and not one class: runtime tests want only the control plane (
 restart or compact it), integration tests want CRDs too, and admission tests want Kueue and JobSet
 deciding for real; each layer stays usable alone. :class:`KubeStack` starts them in order (etcd and
 kube-apiserver; the CRDs of Kueue, JobSet and KubeRay at the pinned versions, Established; then
-kube-controller-manager, kube-scheduler, kwok, JobSet and Kueue) and stops them in reverse, by pid.
+kube-controller-manager, kube-scheduler, kwok, JobSet and Kueue, and the KubeRay operator when
+asked for) and stops them in reverse, by pid.
 
 From a shell, ``python3 -m bridge.sandbox.stack`` starts it, prints the kubeconfig path, and keeps it
 running until interrupted.
@@ -148,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--node-cpu", default="8")
     parser.add_argument("--node-memory", default="32Gi")
     parser.add_argument("--workdir", type=Path, default=None, help="keep everything in this folder")
+    parser.add_argument("--kuberay", action="store_true", help="also run the KubeRay operator")
     args = parser.parse_args(argv)
 
     stopping = threading.Event()
@@ -158,7 +160,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        with KubeStack(workdir=args.workdir, keep_workdir=args.workdir is not None) as stack:
+        with KubeStack(
+            workdir=args.workdir,
+            keep_workdir=args.workdir is not None,
+            components=(*COMPONENTS, "kuberay") if args.kuberay else COMPONENTS,
+        ) as stack:
             nodes = stack.create_kwok_nodes(count=args.nodes, cpu=args.node_cpu, memory=args.node_memory)
             print(f"kubeconfig: {stack.kubeconfig}")
             print(f"server:     {stack.server}")

@@ -30,7 +30,13 @@ import pytest
 from kubernetes_asyncio import client as k8s_client
 
 from bridge.sandbox.netns import existing_namespaces
-from bridge.sandbox.runner import RUNNER_LABEL, NodeResources, ProcessRunner, pod_namespaces
+from bridge.sandbox.runner import (
+    PID_NAMESPACE_ANNOTATION,
+    RUNNER_LABEL,
+    NodeResources,
+    ProcessRunner,
+    pod_namespaces,
+)
 from bridge.sandbox.stack import KubeStack
 
 TAINT = {"key": "k8s-bridge.io/runner-test", "value": "true", "effect": "NoSchedule"}
@@ -290,6 +296,117 @@ async def test_a_pod_runs_its_command_in_its_own_network_namespace(
     assert {c.type: c.status for c in pod.status.conditions}["Ready"] == "False"
     assert not alive(pid)
     assert namespace.name not in existing_namespaces()
+
+
+async def test_a_login_shell_keeps_the_pods_path_and_a_home_and_tmpdir_of_its_own(
+    start_runner: RunnerFactory, pods: Pods, tmp_path: Path
+) -> None:
+    # KubeRay's pods run `/bin/bash -lc -- '<script>'`: a login shell reads the host's /etc/profile
+    # (which on Debian resets PATH) and ~/.profile; the container's PATH must still hold.
+    runner = await start_runner()
+    (node,) = runner.node_names
+    out = tmp_path / "login.txt"
+    script = 'printf "%s\\n%s\\n%s\\n%s\\n" "$PATH" "$HOME" "$(command -v python3)" "$TMPDIR" > "$OUT"'
+    await pods.create(
+        pod_manifest("login", pod_spec(node, ["/bin/bash", "-lc", "--", script], env={"OUT": str(out)}))
+    )
+    await pods.phase("login", "Succeeded")
+    path, home, python3, tmpdir = out.read_text().splitlines()
+    assert path.split(os.pathsep)[0] == str(Path(sys.executable).parent)
+    assert Path(home).is_relative_to(runner.workdir), home
+    assert Path(home).name == "main"  # the container's own
+    assert python3 == str(Path(sys.executable).parent / "python3")
+    # a temporary directory of the pod's own, gone with the pod's network namespace
+    assert Path(tmpdir).name.startswith("kb-pod-"), tmpdir
+    await wait_for(
+        lambda: asyncio.to_thread(Path(tmpdir).exists), lambda exists: not exists, what="TMPDIR gone"
+    )
+
+
+async def test_a_pod_annotated_for_it_sees_only_its_own_processes(
+    start_runner: RunnerFactory, pods: Pods, tmp_path: Path
+) -> None:
+    runner = await start_runner()
+    (node,) = runner.node_names
+    out = tmp_path / "pids.json"
+    probe = python(
+        """
+        import json, os, subprocess, sys
+        child = subprocess.Popen(["sleep", "6127"])  # left running: it must not outlive the pod
+        pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+        with open(os.environ["OUT"], "w") as f:
+            json.dump({"pid": os.getpid(), "ppid": os.getppid(), "pids": pids, "child": child.pid}, f)
+        sys.exit(3)
+        """
+    )
+    manifest = pod_manifest("isolated", pod_spec(node, probe, env={"OUT": str(out)}))
+    manifest["metadata"]["annotations"] = {PID_NAMESPACE_ANNOTATION: "true"}
+    await pods.create(manifest)
+    pod = await pods.phase("isolated", "Failed")
+    assert pod.status.container_statuses[0].state.terminated.exit_code == 3  # the command's own code
+    seen = json.loads(out.read_text())
+    # pid 1 is the runner's init, the command its child; nothing of the host is visible.
+    assert (seen["ppid"], seen["pid"]) == (1, 2)
+    assert set(seen["pids"]) == {1, 2, seen["child"]}
+    await wait_for(
+        lambda: asyncio.to_thread(_processes_running, ["sleep", "6127"]),
+        lambda found: not found,
+        what="no sleep left",
+    )
+
+
+def _processes_running(argv: list[str]) -> list[int]:
+    wanted = "\0".join(argv).encode() + b"\0"
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if (entry / "cmdline").read_bytes() == wanted:
+                    found.append(int(entry.name))
+    return found
+
+
+async def test_services_resolve_to_their_ready_pods_through_the_hosts_file(
+    start_runner: RunnerFactory, pods: Pods, kube_stack: KubeStack, tmp_path: Path
+) -> None:
+    # No cluster DNS and no kube-proxy: the runner lists every Service's ready endpoints in each pod's
+    # /etc/hosts, and rewrites it when they change. The client starts before the Service exists.
+    runner = await start_runner()
+    (node,) = runner.node_names
+    ns = pods.namespace
+    out = tmp_path / "resolved.json"
+    names = [f"echo.{ns}.svc.cluster.local", f"echo.{ns}.svc", f"echo.{ns}", "echo"]
+    client = python(
+        f"""
+        import json, os, socket, time
+        names, found = {names!r}, {{}}
+        while len(found) < len(names):
+            for name in names:
+                try:
+                    found[name] = socket.gethostbyname(name)
+                except OSError:
+                    pass
+            time.sleep(0.2)
+        with open(os.environ["OUT"], "w") as f:
+            json.dump(found, f)
+        """
+    )
+    await pods.create(pod_manifest("client", pod_spec(node, client, env={"OUT": str(out)})))
+    await pods.phase("client", "Running")
+    server = pod_manifest("server", pod_spec(node, ["sleep", "600"], grace=1))
+    server["metadata"]["labels"] = {"app": "echo"}
+    await pods.create(server)
+    server_pod = await pods.phase("server", "Running")
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "echo"},
+        "spec": {"clusterIP": "None", "selector": {"app": "echo"}, "ports": [{"name": "x", "port": 80}]},
+    }
+    await pods.create(service, kind="services")
+    await pods.phase("client", "Succeeded", timeout=120)
+    assert json.loads(out.read_text()) == dict.fromkeys(names, server_pod.status.pod_ip)
+    await asyncio.to_thread(kube_stack.client.delete, f"/api/v1/namespaces/{ns}/pods/server")
 
 
 def _try_fetch(address: str, port: int) -> bytes:

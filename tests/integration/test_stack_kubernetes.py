@@ -359,7 +359,16 @@ def fake_paths(tmp_path: Path, *, missing: str) -> StackPaths:
     stand_in = Path(sys.executable)
     crds = {name: tmp_path for name in ("kueue", "jobset", "kuberay")}
     binaries = dict.fromkeys(
-        ("kube_apiserver", "etcd", "kube_controller_manager", "kube_scheduler", "kueue", "jobset", "kwok"),
+        (
+            "kube_apiserver",
+            "etcd",
+            "kube_controller_manager",
+            "kube_scheduler",
+            "kueue",
+            "jobset",
+            "kwok",
+            "kuberay",
+        ),
         stand_in,
     )
     binaries[missing] = tmp_path / "nowhere" / missing.replace("_", "-")
