@@ -1,0 +1,226 @@
+"""The Ray bridge end to end, on the real stack: KubeRay operator, Kueue, JobSet, a shared Ray head and
+the bridge's Ray workers as real processes, the gate webhook called by the API server.
+
+One Slurm version (22.05, the host's): the Ray side does not depend on it, and the pool is shared with
+the Slurm bridge's ClusterQueue (2 CPU: quota for one 2-worker RayJob). Every test is checked for
+leaks by the ``e2e`` fixture (the pool's) and by :meth:`RayPool.leaks` (RayJobs, JobSets, pods, Ray
+nodes other than the head, jobs left pending or running in the head).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from bridge.sandbox.e2e import BridgeProcess, E2EStack
+from bridge.sandbox.processes import StackError
+from bridge.sandbox.ray_e2e import RayPool
+from bridge.sandbox.slurm import SlurmCluster
+from tests.fixtures.e2e import eventually
+
+pytestmark = pytest.mark.ray
+
+TIMEOUT = 240.0
+GATE_ANNOTATION = "bridge.k8s-bridge.io/ray-gate"
+# The driver: joins the cluster, says where it ran (the Ray node's IP) and what it was given.
+DRIVER = (
+    'python -c "import ray, time; ray.init(); time.sleep({sleep}); '
+    "print('RAN-ON', ray.util.get_node_ip_address(), flush=True)\""
+)
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster() -> Iterator[SlurmCluster]:
+    """The pool's Slurm side, 22.05 only for this module (see the module docstring)."""
+    cluster = SlurmCluster(version="22.05")
+    try:
+        cluster.start()
+    except StackError as failed:
+        pytest.fail(f"Slurm 22.05 did not start: {failed}", pytrace=False)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def ray_pool(e2e_stack: E2EStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayPool]:
+    pool = RayPool(e2e_stack, workdir=tmp_path_factory.mktemp("ray-pool"))
+    try:
+        pool.start()
+    except StackError as failed:
+        pytest.fail(f"the Ray pool did not start: {failed}", pytrace=False)
+    try:
+        yield pool
+    finally:
+        pool.stop()
+
+
+@pytest.fixture
+def ray(e2e: E2EStack, ray_pool: RayPool) -> Iterator[RayPool]:
+    """The module's Ray pool, checked for Ray-side leaks after the test (and the pool's by ``e2e``)."""
+    yield ray_pool
+    deadline = time.monotonic() + 90
+    leaks = ray_pool.leaks()
+    while leaks and time.monotonic() < deadline:
+        time.sleep(1.0)
+        leaks = ray_pool.leaks()
+    for name in [
+        j["metadata"]["name"]
+        for j in ray_pool.pool.list_items(f"/apis/ray.io/v1/namespaces/{ray_pool.namespace}/rayjobs")
+    ]:
+        ray_pool.delete_rayjob(name)
+    assert not leaks, "left behind after the test:\n  " + "\n  ".join(leaks)
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def _status(ray: RayPool, name: str) -> dict[str, Any]:
+    return (ray.get_rayjob(name) or {}).get("status") or {}
+
+
+def _describe(ray: RayPool, bridge: BridgeProcess | None = None) -> str:
+    lines = []
+    for job in ray.pool.list_items(f"/apis/ray.io/v1/namespaces/{ray.namespace}/rayjobs"):
+        status = job.get("status") or {}
+        lines.append(
+            f"RayJob {job['metadata']['name']}: {status.get('jobDeploymentStatus')} "
+            f"{status.get('jobStatus')} "
+            f"gate={job['metadata'].get('annotations', {}).get(GATE_ANNOTATION)}"
+        )
+    for js in ray.jobsets():
+        lines.append(f"JobSet {js['metadata']['name']} suspend={js['spec'].get('suspend')}")
+    for pod in ray.pods():
+        lines.append(f"Pod {pod['metadata']['name']} {pod.get('status', {}).get('phase')}")
+    if bridge is not None:
+        lines.append("bridge log:\n" + bridge.log_tail(40))
+    return "\n".join(lines)
+
+
+async def _job_status_is(ray: RayPool, name: str, wanted: set[str], bridge: BridgeProcess) -> dict[str, Any]:
+    status: dict[str, Any] = await eventually(
+        lambda: s if (s := _status(ray, name)).get("jobStatus") in wanted else None,
+        timeout=TIMEOUT,
+        what=f"RayJob {name} to reach {sorted(wanted)}",
+        describe=lambda: _describe(ray, bridge),
+    )
+    return status
+
+
+def _ran_on(ray: RayPool, status: dict[str, Any]) -> str:
+    """The IP of the Ray node the job's driver ran on (Ray's job details and node table, which keeps
+    dead nodes: the worker may be gone by now, and its logs with it)."""
+    job = ray.ray_job(str(status["jobId"])) or {}
+    by_id = {str(node.get("node_id")): str(node.get("node_ip")) for node in ray.ray_nodes()}
+    return by_id[str(job.get("driver_node_id"))]
+
+
+def _worker_ips(ray: RayPool, rayjob_uid: str) -> set[str]:
+    pods = ray.pods(labelSelector=f"bridge.k8s-bridge.io/ray-job-uid={rayjob_uid}")
+    return {str(p.get("status", {}).get("podIP")) for p in pods if p.get("status", {}).get("podIP")}
+
+
+async def test_two_rayjobs_quota_for_one_the_second_waits_then_runs_on_its_own_workers(ray: RayPool) -> None:
+    bridge = ray.bridge().start()
+    ray.wait_gate_serving(bridge)
+    first, second = _name("first"), _name("second")
+    created = ray.create_rayjob(ray.rayjob(first, entrypoint=DRIVER.format(sleep=15), workers=2))
+    assert created["metadata"]["annotations"].get(GATE_ANNOTATION), "the webhook did not gate the RayJob"
+    await _job_status_is(ray, first, {"RUNNING", "SUCCEEDED"}, bridge)
+    first_uid = created["metadata"]["uid"]
+    first_workers = _worker_ips(ray, first_uid)
+    assert len(first_workers) == 2
+
+    later = ray.create_rayjob(ray.rayjob(second, entrypoint=DRIVER.format(sleep=0), workers=1))
+    await _job_status_is(ray, second, {"PENDING"}, bridge)
+    # While the first holds the quota, the second stays PENDING in Ray with its JobSet not admitted.
+    while _status(ray, first).get("jobStatus") == "RUNNING":
+        assert _status(ray, second).get("jobStatus") == "PENDING"
+        await asyncio.sleep(1.0)
+    done = await _job_status_is(ray, first, {"SUCCEEDED", "FAILED"}, bridge)
+    assert done["jobStatus"] == "SUCCEEDED"
+    assert _ran_on(ray, done) in first_workers
+
+    second_done = await _job_status_is(ray, second, {"SUCCEEDED", "FAILED"}, bridge)
+    assert second_done["jobStatus"] == "SUCCEEDED"
+    node = _ran_on(ray, second_done)
+    assert node not in first_workers
+    assert node != ray.raycluster.get("status", {}).get("head", {}).get("podIP")
+    for name in (first, second):
+        ray.delete_rayjob(name)
+    await eventually(lambda: not ray.jobsets(), timeout=TIMEOUT, what="the worker JobSets deleted",
+                     describe=lambda: _describe(ray, bridge))  # fmt: skip
+    assert later["metadata"]["annotations"].get(GATE_ANNOTATION)
+
+
+async def test_a_rayjob_deleted_while_gated_is_cancelled_in_ray_and_its_jobset_goes(ray: RayPool) -> None:
+    bridge = ray.bridge().start()
+    ray.wait_gate_serving(bridge)
+    name = _name("never")
+    # Three 1-CPU workers cannot fit the 2-CPU quota: Kueue never admits them.
+    ray.create_rayjob(ray.rayjob(name, entrypoint=DRIVER.format(sleep=0), workers=3))
+    status = await _job_status_is(ray, name, {"PENDING"}, bridge)
+    await eventually(lambda: len(ray.jobsets()) == 1, timeout=TIMEOUT, what="the worker JobSet",
+                     describe=lambda: _describe(ray, bridge))  # fmt: skip
+    submission = str(status["jobId"])
+    ray.delete_rayjob(name)
+    await eventually(lambda: ray.get_rayjob(name) is None, timeout=TIMEOUT, what="the RayJob let go",
+                     describe=lambda: _describe(ray, bridge))  # fmt: skip
+    job = ray.ray_job(submission)
+    assert job is not None
+    assert job["status"] == "FAILED", job  # cancelled: nothing left pending in the head's demand
+    await eventually(lambda: not ray.jobsets(), timeout=TIMEOUT, what="the JobSet deleted")
+
+
+async def test_a_rayjob_created_while_the_webhook_is_down_is_reported_not_silent(ray: RayPool) -> None:
+    name = _name("ungated")
+    # No bridge runs: the API server cannot reach the webhook and, as the chart sets it, ignores it.
+    created = ray.create_rayjob(ray.rayjob(name, entrypoint=DRIVER.format(sleep=20)))
+    assert GATE_ANNOTATION not in (created["metadata"].get("annotations") or {})
+    bridge = ray.bridge().start()
+    await eventually(
+        lambda: bridge.metric("k8s_bridge_ray_ungated_rayjobs") == 1,
+        timeout=TIMEOUT, what="the ungated RayJob counted", describe=lambda: _describe(ray, bridge),
+    )  # fmt: skip
+    events = await eventually(
+        lambda: [e for e in ray.events(involved=name) if e.get("reason") == "Ungated"],
+        timeout=TIMEOUT, what="an Ungated Event on the RayJob",
+    )  # fmt: skip
+    assert "webhook" in events[0]["message"]
+    assert not ray.jobsets()  # an ungated job gets no workers: it is outside Kueue's quota
+    await _job_status_is(ray, name, {"SUCCEEDED", "FAILED"}, bridge)
+    ray.delete_rayjob(name)
+
+
+async def test_the_bridge_killed_at_each_step_the_job_runs_exactly_once(ray: RayPool) -> None:
+    bridge = ray.bridge().start()
+    ray.wait_gate_serving(bridge)
+    name = _name("crash")
+    created = ray.create_rayjob(ray.rayjob(name, entrypoint=DRIVER.format(sleep=10), workers=1))
+    bridge.kill()  # before it made the JobSet (or just after)
+    bridge.start()
+    await eventually(lambda: len(ray.jobsets()) == 1, timeout=TIMEOUT, what="the worker JobSet",
+                     describe=lambda: _describe(ray, bridge))  # fmt: skip
+    bridge.kill()  # queued or admitted
+    bridge.start()
+    await _job_status_is(ray, name, {"RUNNING", "SUCCEEDED"}, bridge)
+    bridge.kill()  # running
+    bridge.start()
+    done = await _job_status_is(ray, name, {"SUCCEEDED", "FAILED"}, bridge)
+    assert done["jobStatus"] == "SUCCEEDED"
+    assert len(ray.jobsets()) <= 1
+    mine = [j for j in ray.ray_jobs() if str(j.get("submission_id") or "").startswith(name)]
+    assert [j.get("status") for j in mine] == ["SUCCEEDED"]
+    assert created["metadata"]["annotations"].get(GATE_ANNOTATION)
+    ray.delete_rayjob(name)
+    await eventually(
+        lambda: ray.get_rayjob(name) is None and not ray.jobsets(),
+        timeout=TIMEOUT, what="the RayJob and its JobSet gone", describe=lambda: _describe(ray, bridge),
+    )  # fmt: skip
