@@ -54,17 +54,15 @@ replaces the stack's slurm.conf ``SchedulerParameters`` (``""``: Slurm's default
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import json
 import math
 import os
-import re
 import shlex
 import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,27 +72,42 @@ import pytest
 
 from bridge.admission import JOB_UID_LABEL, WorkloadState, describe_workload
 from bridge.sandbox.build import MissingPrerequisiteError
-from bridge.sandbox.e2e import JOBSETS, KUEUE, BridgeProcess, E2ESettings, E2EStack
+from bridge.sandbox.e2e import JOBSETS, BridgeProcess, E2ESettings, E2EStack
 from bridge.sandbox.processes import StackError
 from bridge.sandbox.slurm import BRIDGE_PARTITION, VERSIONS, SlurmCluster, SlurmVersion
 from bridge.sandbox.slurm_root import RootBuildError
 from bridge.sandbox.stack import KubeStack
+from tests.bench.bench_support import (
+    Sample,
+    apiserver_requests,
+    by_labels,
+    condition_time,
+    cpu_seconds,
+    delta,
+    env_int,
+    kueue_admission_baseline,
+    load_average,
+    memory_mib,
+    parse_metrics,
+    parse_time,
+    print_table,
+    rate_figures,
+    summary,
+    total,
+    wait,
+    write_result,
+)
 from translators.slurm import LABEL_CLUSTER, LABEL_JOB_ID, jobset_name
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(5400)]
 
 
-def _env_int(name: str, default: int) -> int:
-    return int(os.environ.get(name, str(default)))
-
-
-JOBS = _env_int("K8S_BRIDGE_BENCH_JOBS", 1000)
-LIVE_JOBS = _env_int("K8S_BRIDGE_BENCH_LIVE_JOBS", JOBS // 5)
-BASELINE_JOBS = _env_int("K8S_BRIDGE_BENCH_BASELINE_JOBS", 200)
-RELEASE_JOBS = _env_int("K8S_BRIDGE_BENCH_RELEASE_JOBS", 50)
+JOBS = env_int("K8S_BRIDGE_BENCH_JOBS", 1000)
+LIVE_JOBS = env_int("K8S_BRIDGE_BENCH_LIVE_JOBS", JOBS // 5)
+BASELINE_JOBS = env_int("K8S_BRIDGE_BENCH_BASELINE_JOBS", 200)
+RELEASE_JOBS = env_int("K8S_BRIDGE_BENCH_RELEASE_JOBS", 50)
 STEADY_SECONDS = float(os.environ.get("K8S_BRIDGE_BENCH_STEADY_SECONDS", "10"))
 SUBMITTERS = 4
-RESULTS_DIR = os.environ.get("K8S_BRIDGE_BENCH_RESULTS", "")
 CHILD = Path(__file__).with_name("slurm_bridge_child.py")
 BENCH_VERSIONS: list[SlurmVersion] = [
     v for v in VERSIONS if v in os.environ.get("K8S_BRIDGE_BENCH_SLURM", "22.05").split(",")
@@ -189,61 +202,6 @@ def scrub(stack: E2EStack) -> None:
 
 # --- measuring -----------------------------------------------------------------------------------
 
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of one process."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
-
-
-def memory_mib(pid: int) -> tuple[float, float]:
-    """(VmRSS, VmHWM) of one process in MiB."""
-    values = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, rest = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            values[key] = int(rest.split()[0]) / 1024
-    return values["VmRSS"], values["VmHWM"]
-
-
-Sample = tuple[str, dict[str, str], float]
-
-
-def parse_metrics(text: str) -> list[Sample]:
-    samples: list[Sample] = []
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        head, _, value = line.rpartition(" ")
-        name, _, label_text = head.partition("{")
-        labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', label_text))
-        with contextlib.suppress(ValueError):
-            samples.append((name, labels, float(value)))
-    return samples
-
-
-def total(samples: Sequence[Sample], name: str, **labels: str) -> float:
-    return sum(v for n, lab, v in samples if n == name and all(lab.get(k) == w for k, w in labels.items()))
-
-
-def by_labels(samples: Sequence[Sample], name: str, keys: Sequence[str]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for n, lab, v in samples:
-        if n == name:
-            key = " ".join(lab.get(k, "") for k in keys)
-            out[key] = out.get(key, 0.0) + v
-    return out
-
-
-def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
-    keys = sorted(set(after) | set(before))
-    return {
-        k: after.get(k, 0.0) - before.get(k, 0.0) for k in keys if after.get(k, 0.0) != before.get(k, 0.0)
-    }
-
-
 REST_COUNT = "k8s_bridge_slurmrestd_request_duration_seconds_count"
 REST_SUM = "k8s_bridge_slurmrestd_request_duration_seconds_sum"
 HTTP_COUNT = "k8s_bridge_bench_http_requests_total"
@@ -267,12 +225,12 @@ class Probe:
         at = time.monotonic()
         samples = parse_metrics(bridge.metrics_text() or "")
         rss, hwm = memory_mib(bridge.process.pid)
-        return cls(at, samples, cpu_seconds(bridge.process.pid), rss, hwm, apiserver_requests(stack))
+        return cls(at, samples, cpu_seconds(bridge.process.pid), rss, hwm, apiserver_requests(stack.client))
 
     @classmethod
     def before_start(cls, stack: E2EStack) -> Probe:
         """What a bridge that has not started yet has done: nothing (the API server's total as now)."""
-        return cls(time.monotonic(), [], 0.0, 0.0, 0.0, apiserver_requests(stack))
+        return cls(time.monotonic(), [], 0.0, 0.0, 0.0, apiserver_requests(stack.client))
 
     def kube(self) -> dict[str, float]:
         return {k: v for k, v in self.http().items() if k.startswith("kube ")}
@@ -288,15 +246,6 @@ class Probe:
 
     def actions(self) -> dict[str, float]:
         return by_labels(self.samples, ACTIONS, ("action", "result"))
-
-
-def apiserver_requests(stack: E2EStack) -> float:
-    """Sum of ``apiserver_request_total`` over every client (watches counted when they start)."""
-    try:
-        text = stack.client.get("/metrics")
-    except (StackError, OSError):
-        return math.nan
-    return total(parse_metrics(str(text)), "apiserver_request_total")
 
 
 def window(before: Probe, after: Probe, *, jobs: int) -> dict[str, Any]:
@@ -334,52 +283,6 @@ def window(before: Probe, after: Probe, *, jobs: int) -> dict[str, Any]:
         "rss_mib": round(after.rss, 1),
         "peak_rss_mib": round(after.hwm, 1),
     }
-
-
-def wait(predicate: Callable[[], Any], *, timeout: float, what: str, interval: float = 0.25) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100)."""
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[rank - 1]
-
-
-def summary(values: Sequence[float]) -> dict[str, float | int | None]:
-    if not values:
-        return {"n": 0, "p50": None, "p99": None, "max": None}
-    return {
-        "n": len(values),
-        "p50": round(percentile(values, 50), 3),
-        "p99": round(percentile(values, 99), 3),
-        "max": round(max(values), 3),
-    }
-
-
-def print_table(title: str, rows: Sequence[tuple[str, Any]]) -> None:
-    width = max(len(label) for label, _ in rows)
-    print(f"\n{title}")
-    for label, value in rows:
-        print(f"  {label:<{width}}  {value}")
-
-
-def write_result(name: str, result: dict[str, Any]) -> None:
-    if not RESULTS_DIR:
-        return
-    folder = Path(RESULTS_DIR)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.json"
-    path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    print(f"\nwrote {path}")
 
 
 # --- Slurm and Kubernetes helpers ----------------------------------------------------------------
@@ -455,130 +358,6 @@ def wait_creates(bridge: BridgeProcess, target: float, *, timeout: float) -> lis
         time.sleep(0.25)
 
 
-def rate_figures(
-    series: list[tuple[float, float]], *, start: float, base: float, count: int
-) -> dict[str, Any]:
-    """From a (time, cumulative count) series: time to all, to the first, and the rate of the middle 80%."""
-    points = [(t - start, c - base) for t, c in series]
-    first = next((t for t, c in points if c > 0), math.nan)
-    done = next(t for t, c in points if c >= count)
-    lo = next(t for t, c in points if c >= 0.1 * count)
-    hi = next(t for t, c in points if c >= 0.9 * count)
-    middle = 0.8 * count / (hi - lo) if hi > lo else math.nan
-    return {
-        "seconds_to_all": round(done, 2),
-        "seconds_to_first": round(first, 2),
-        "per_s_overall": round(count / done, 1),
-        "per_s_middle_80pct": round(middle, 1),
-    }
-
-
-def kueue_admission_baseline(stack: E2EStack, count: int) -> dict[str, Any]:
-    """Kueue's admission rate for ``count`` plain Jobs released at once from a held ClusterQueue."""
-    key, value = stack.settings.pool_label
-    ns, flavor, cq, lq = "bench-kueue", "bench-kueue-kwok", "bench-kueue", "baseline"
-    client = stack.client
-    stack.kube.control_plane.ensure_namespace(ns)
-    client.apply(
-        f"{KUEUE}/resourceflavors",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ResourceFlavor",
-            "metadata": {"name": flavor},
-            "spec": {"nodeLabels": {key: f"{value}-kwok"}},
-        },
-    )
-
-    def queue(stop_policy: str) -> dict[str, Any]:
-        return {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "ClusterQueue",
-            "metadata": {"name": cq},
-            "spec": {
-                "namespaceSelector": {},
-                "stopPolicy": stop_policy,
-                "resourceGroups": [
-                    {
-                        "coveredResources": ["cpu", "memory"],
-                        "flavors": [
-                            {
-                                "name": flavor,
-                                "resources": [
-                                    {"name": "cpu", "nominalQuota": str(count)},
-                                    {"name": "memory", "nominalQuota": f"{count}Gi"},
-                                ],
-                            }
-                        ],
-                    }
-                ],
-            },
-        }
-
-    client.apply(f"{KUEUE}/clusterqueues", queue("Hold"))
-    client.apply(
-        f"{KUEUE}/namespaces/{ns}/localqueues",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "LocalQueue",
-            "metadata": {"name": lq, "namespace": ns},
-            "spec": {"clusterQueue": cq},
-        },
-    )
-    workloads_path = f"{KUEUE}/namespaces/{ns}/workloads"
-    jobs_path = f"/apis/batch/v1/namespaces/{ns}/jobs"
-    try:
-        for index in range(count):
-            job = stack.batch_job(f"baseline-{index}", command=["true"], cpu="10m", memory="1Mi")
-            job["metadata"]["namespace"] = ns
-            job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = lq
-            client.create(jobs_path, job)
-        wait(
-            lambda: len(stack.list_items(workloads_path)) >= count,
-            timeout=300, what=f"{count} Workloads of the baseline Jobs",
-        )  # fmt: skip
-
-        def admitted() -> int:
-            return sum(
-                describe_workload(w).state in (WorkloadState.ADMITTED, WorkloadState.FINISHED)
-                for w in stack.list_items(workloads_path)
-            )
-
-        assert admitted() == 0
-        wall_start, start = time.time(), time.monotonic()
-        client.apply(f"{KUEUE}/clusterqueues", queue("None"))
-        wait(lambda: admitted() >= count, timeout=600, what="Kueue to admit the baseline", interval=0.2)
-        seconds = time.monotonic() - start
-        last = max(_condition_time(w, "Admitted") or wall_start for w in stack.list_items(workloads_path))
-        return {
-            "jobs": count,
-            "seconds": round(seconds, 2),
-            "admissions_per_s": round(count / seconds, 1),
-            "admissions_per_s_by_conditions": round(count / max(last - wall_start, 1.0), 1),
-        }
-    finally:
-        for job in stack.list_items(jobs_path):
-            with contextlib.suppress(StackError):
-                client.delete(f"{jobs_path}/{job['metadata']['name']}")
-        with contextlib.suppress(AssertionError):
-            wait(lambda: not stack.list_items(workloads_path), timeout=120, what="baseline Workloads to go")
-        with contextlib.suppress(StackError):
-            client.apply(f"{KUEUE}/clusterqueues", queue("Hold"))
-
-
-def _parse_time(text: str) -> float | None:
-    try:
-        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def _condition_time(obj: dict[str, Any], kind: str) -> float | None:
-    for condition in obj.get("status", {}).get("conditions") or []:
-        if condition.get("type") == kind and condition.get("status") == "True":
-            return _parse_time(str(condition.get("lastTransitionTime", "")))
-    return None
-
-
 # --- 1: throughput -------------------------------------------------------------------------------
 
 
@@ -599,7 +378,8 @@ def test_held_jobs_to_jobsets_beside_kueue_admission(
         kube_stack, bench_slurm, workdir, settings, max_bridged_jobs=JOBS + LIVE_JOBS + 100
     ) as stack:
         # 1. Kueue's own admission rate.
-        baseline = kueue_admission_baseline(stack, BASELINE_JOBS)
+        key, value = stack.settings.pool_label
+        baseline = kueue_admission_baseline(stack.kube, BASELINE_JOBS, node_labels={key: f"{value}-kwok"})
         result["kueue_baseline"] = baseline
 
         # 2. Catch-up: held jobs first, then the bridge.
@@ -891,7 +671,7 @@ def test_admission_to_running_latency(
                         continue
                     if describe_workload(wl).state in (WorkloadState.ADMITTED, WorkloadState.FINISHED):
                         admitted[job_id] = now
-                        admitted_ltt[job_id] = _condition_time(wl, "Admitted") or math.nan
+                        admitted_ltt[job_id] = condition_time(wl, "Admitted") or math.nan
                 time.sleep(0.1)
         finally:
             observer.stop()
@@ -905,7 +685,7 @@ def test_admission_to_running_latency(
         events = stack.list_items(f"/apis/events.k8s.io/v1/namespaces/{settings.namespace}/events")
         for event in events:
             job_id = names.get(str(event.get("regarding", {}).get("name", "")))
-            when = _parse_time(str(event.get("eventTime") or ""))
+            when = parse_time(str(event.get("eventTime") or ""))
             if event.get("reason") == "Released" and job_id is not None and when is not None:
                 released[job_id] = min(when, released.get(job_id, when))
 
@@ -978,15 +758,10 @@ def release_decisions(log_text: str, jobs: set[int]) -> dict[int, float]:
         with contextlib.suppress(ValueError, TypeError):
             entry = json.loads(line)
             job_id = int(entry.get("job_id"))
-            when = _parse_time(str(entry.get("timestamp", "")))
+            when = parse_time(str(entry.get("timestamp", "")))
             if job_id in jobs and entry.get("phase") == "releasing" and when is not None:
                 decided.setdefault(job_id, when)
     return decided
-
-
-def load_average() -> str:
-    """The 1, 5 and 15 minute load averages (``uptime``), recorded with every latency figure."""
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 def histogram_summary(samples: Sequence[Sample], name: str) -> dict[str, Any]:

@@ -1,0 +1,344 @@
+"""What the bridge benchmarks share: Kueue's own admission rate as the baseline, reading a bridge
+process (CPU, memory, Prometheus text, the API server's request total), polling, rates, reporting.
+
+Why a module of its own: the Slurm and the Ray bridge benchmarks put their figures beside the same
+baseline, measured the same way in the same stack, and report them the same way; only what happens
+in between differs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import math
+import os
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bridge.admission import WorkloadState, describe_workload
+from bridge.sandbox.e2e import KUEUE
+from bridge.sandbox.kube import ApiError, RestClient
+from bridge.sandbox.processes import StackError
+from bridge.sandbox.stack import KubeStack
+
+RESULTS_DIR = os.environ.get("K8S_BRIDGE_BENCH_RESULTS", "")
+"""Each test's figures are written there as JSON when set."""
+
+
+def env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name, str(default)))
+
+
+# --- one process -----------------------------------------------------------------------------------
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of one process."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def memory_mib(pid: int) -> tuple[float, float]:
+    """(VmRSS, VmHWM) of one process in MiB."""
+    values = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            values[key] = int(rest.split()[0]) / 1024
+    return values["VmRSS"], values["VmHWM"]
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages (``uptime``), recorded with every figure."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+# --- Prometheus text -------------------------------------------------------------------------------
+
+Sample = tuple[str, dict[str, str], float]
+
+
+def parse_metrics(text: str) -> list[Sample]:
+    samples: list[Sample] = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        head, _, value = line.rpartition(" ")
+        name, _, label_text = head.partition("{")
+        labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', label_text))
+        with contextlib.suppress(ValueError):
+            samples.append((name, labels, float(value)))
+    return samples
+
+
+def total(samples: Sequence[Sample], name: str, **labels: str) -> float:
+    return sum(v for n, lab, v in samples if n == name and all(lab.get(k) == w for k, w in labels.items()))
+
+
+def by_labels(samples: Sequence[Sample], name: str, keys: Sequence[str]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for n, lab, v in samples:
+        if n == name:
+            key = " ".join(lab.get(k, "") for k in keys)
+            out[key] = out.get(key, 0.0) + v
+    return out
+
+
+def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    keys = sorted(set(after) | set(before))
+    return {
+        k: after.get(k, 0.0) - before.get(k, 0.0) for k in keys if after.get(k, 0.0) != before.get(k, 0.0)
+    }
+
+
+def apiserver_requests(client: RestClient) -> float:
+    """Sum of ``apiserver_request_total`` over every client (watches counted when they start)."""
+    try:
+        text = client.get("/metrics")
+    except (StackError, OSError):
+        return math.nan
+    return total(parse_metrics(str(text)), "apiserver_request_total")
+
+
+# --- polling and figures ---------------------------------------------------------------------------
+
+
+def wait(predicate: Callable[[], Any], *, timeout: float, what: str, interval: float = 0.25) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def summary(values: Sequence[float]) -> dict[str, float | int | None]:
+    if not values:
+        return {"n": 0, "p50": None, "p99": None, "max": None}
+    return {
+        "n": len(values),
+        "p50": round(percentile(values, 50), 3),
+        "p99": round(percentile(values, 99), 3),
+        "max": round(max(values), 3),
+    }
+
+
+def rate_figures(
+    series: list[tuple[float, float]], *, start: float, base: float, count: int
+) -> dict[str, Any]:
+    """From a (time, cumulative count) series: time to all, to the first, and the rate of the middle 80%."""
+    points = [(t - start, c - base) for t, c in series]
+    first = next((t for t, c in points if c > 0), math.nan)
+    done = next(t for t, c in points if c >= count)
+    lo = next(t for t, c in points if c >= 0.1 * count)
+    hi = next(t for t, c in points if c >= 0.9 * count)
+    middle = 0.8 * count / (hi - lo) if hi > lo else math.nan
+    return {
+        "seconds_to_all": round(done, 2),
+        "seconds_to_first": round(first, 2),
+        "per_s_overall": round(count / done, 1),
+        "per_s_middle_80pct": round(middle, 1),
+    }
+
+
+def print_table(title: str, rows: Sequence[tuple[str, Any]]) -> None:
+    width = max(len(label) for label, _ in rows)
+    print(f"\n{title}")
+    for label, value in rows:
+        print(f"  {label:<{width}}  {value}")
+
+
+def write_result(name: str, result: dict[str, Any]) -> None:
+    if not RESULTS_DIR:
+        return
+    folder = Path(RESULTS_DIR)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    print(f"\nwrote {path}")
+
+
+def parse_time(text: str) -> float | None:
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def condition_time(obj: dict[str, Any], kind: str) -> float | None:
+    for condition in obj.get("status", {}).get("conditions") or []:
+        if condition.get("type") == kind and condition.get("status") == "True":
+            return parse_time(str(condition.get("lastTransitionTime", "")))
+    return None
+
+
+# --- Kubernetes --------------------------------------------------------------------------------------
+
+
+def list_items(client: RestClient, path: str, **query: str) -> list[dict[str, Any]]:
+    """The items of a list (none when the collection does not exist)."""
+    try:
+        items: list[dict[str, Any]] = client.get(path, **query).get("items") or []
+    except ApiError as error:
+        if error.status == 404:
+            return []
+        raise
+    return items
+
+
+def admitted_count(workloads: Sequence[dict[str, Any]]) -> int:
+    """Workloads Kueue has admitted (or that finished after it did)."""
+    return sum(
+        describe_workload(w).state in (WorkloadState.ADMITTED, WorkloadState.FINISHED) for w in workloads
+    )
+
+
+def held_cluster_queue(
+    name: str, *, flavor: str, cpu: str, memory: str, stop_policy: str = "Hold"
+) -> dict[str, Any]:
+    """A ClusterQueue of one flavor, every namespace, ``stopPolicy`` ``Hold`` (or ``None``: resumed)."""
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": {
+            "namespaceSelector": {},
+            "stopPolicy": stop_policy,
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu", "memory"],
+                    "flavors": [
+                        {
+                            "name": flavor,
+                            "resources": [
+                                {"name": "cpu", "nominalQuota": cpu},
+                                {"name": "memory", "nominalQuota": memory},
+                            ],
+                        }
+                    ],
+                }
+            ],
+        },
+    }
+
+
+def baseline_job(name: str, *, namespace: str, local_queue: str) -> dict[str, Any]:
+    """A suspended 10m-CPU batch/v1 Job in ``local_queue`` (Kueue's webhook is not there to suspend it)."""
+    resources = {"cpu": "10m", "memory": "1Mi"}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"kueue.x-k8s.io/queue-name": local_queue},
+        },
+        "spec": {
+            "suspend": True,
+            "parallelism": 1,
+            "completions": 1,
+            "backoffLimit": 0,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 5,
+                    "containers": [
+                        {
+                            "name": "work",
+                            "image": "k8s-bridge.local/none",
+                            "command": ["true"],
+                            "resources": {"requests": resources, "limits": resources},
+                        }
+                    ],
+                }
+            },
+        },
+    }
+
+
+def kueue_admission_baseline(
+    kube: KubeStack, count: int, *, node_labels: Mapping[str, str]
+) -> dict[str, Any]:
+    """Kueue's admission rate for ``count`` plain Jobs released at once from a held ClusterQueue.
+
+    The Jobs are queued to a ClusterQueue with ``stopPolicy: Hold`` and quota for all; once every
+    Workload exists the queue is resumed and the time until all are Admitted is taken (polling the
+    Workload list every 0.2 s). The flavor's ``node_labels`` select the nodes their pods land on
+    (kwok nodes). The Jobs are deleted afterwards and the queue held again.
+    """
+    ns, flavor, cq, lq = "bench-kueue", "bench-kueue-kwok", "bench-kueue", "baseline"
+    client = kube.client
+    kube.control_plane.ensure_namespace(ns)
+    client.apply(
+        f"{KUEUE}/resourceflavors",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": flavor},
+            "spec": {"nodeLabels": dict(node_labels)},
+        },
+    )
+
+    def queue(stop_policy: str) -> dict[str, Any]:
+        return held_cluster_queue(
+            cq, flavor=flavor, cpu=str(count), memory=f"{count}Gi", stop_policy=stop_policy
+        )
+
+    client.apply(f"{KUEUE}/clusterqueues", queue("Hold"))
+    client.apply(
+        f"{KUEUE}/namespaces/{ns}/localqueues",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": lq, "namespace": ns},
+            "spec": {"clusterQueue": cq},
+        },
+    )
+    workloads_path = f"{KUEUE}/namespaces/{ns}/workloads"
+    jobs_path = f"/apis/batch/v1/namespaces/{ns}/jobs"
+    try:
+        for index in range(count):
+            client.create(jobs_path, baseline_job(f"baseline-{index}", namespace=ns, local_queue=lq))
+        wait(
+            lambda: len(list_items(client, workloads_path)) >= count,
+            timeout=300, what=f"{count} Workloads of the baseline Jobs",
+        )  # fmt: skip
+
+        def admitted() -> int:
+            return admitted_count(list_items(client, workloads_path))
+
+        assert admitted() == 0
+        wall_start, start = time.time(), time.monotonic()
+        client.apply(f"{KUEUE}/clusterqueues", queue("None"))
+        wait(lambda: admitted() >= count, timeout=600, what="Kueue to admit the baseline", interval=0.2)
+        seconds = time.monotonic() - start
+        last = max(condition_time(w, "Admitted") or wall_start for w in list_items(client, workloads_path))
+        return {
+            "jobs": count,
+            "seconds": round(seconds, 2),
+            "admissions_per_s": round(count / seconds, 1),
+            "admissions_per_s_by_conditions": round(count / max(last - wall_start, 1.0), 1),
+        }
+    finally:
+        for job in list_items(client, jobs_path):
+            with contextlib.suppress(StackError):
+                client.delete(f"{jobs_path}/{job['metadata']['name']}")
+        with contextlib.suppress(AssertionError):
+            wait(lambda: not list_items(client, workloads_path), timeout=120, what="baseline Workloads to go")
+        with contextlib.suppress(StackError):
+            client.apply(f"{KUEUE}/clusterqueues", queue("Hold"))
