@@ -35,6 +35,7 @@ from bridge.admission import (
     JOB_UID_LABEL,
     JOBSET_API_VERSION,
     JOBSET_KIND,
+    JobSetState,
     JobSetView,
     WorkloadState,
     WorkloadView,
@@ -65,6 +66,7 @@ __all__ = [
     "FIELD_MANAGER",
     "INDEX_JOB_UID",
     "INDEX_RAYCLUSTER",
+    "INDEX_RAYJOB_KEY",
     "INDEX_RAYJOB_UID",
     "START_TIMEOUT_DEFAULT",
     "Action",
@@ -83,6 +85,7 @@ __all__ = [
     "cluster_start_timeout",
     "decide",
     "jobset_rayjob_keys",
+    "jobset_rayjob_name_keys",
     "jobset_request",
     "rayjob_cluster_keys",
     "workload_uid_keys",
@@ -95,6 +98,9 @@ ANNOTATION_RAY_JOB_ID: Final = "bridge.k8s-bridge.io/ray-job-id"
 """On the JobSet: the Ray job id (submission id) of its RayJob, once KubeRay has given it one."""
 INDEX_RAYJOB_UID: Final = "ray-job-uid"
 """Index of the JobSet cache: the RayJob uid of the bridge's label."""
+INDEX_RAYJOB_KEY: Final = "ray-job"
+"""Index of the JobSet cache: ``<namespace>/<name>`` of the RayJob (the bridge's annotation), to find
+the JobSet of a RayJob that is gone."""
 INDEX_JOB_UID: Final = "job-uid"
 """Index of the Workload cache: the JobSet uid of Kueue's ``job-uid`` label."""
 INDEX_RAYCLUSTER: Final = "ray-cluster"
@@ -107,6 +113,8 @@ START_TIMEOUT_WARN_FRACTION: Final = 0.8
 START_TIMEOUT_NEAR: Final = "StartTimeoutNear"
 START_TIMEOUT: Final = "StartTimeout"
 UNGATED: Final = "Ungated"
+WORKERS_FAILED: Final = "WorkersFailed"
+WORKERS_LOST: Final = "WorkersLost"
 """Reason of the Event on a RayJob that runs in a bridged cluster without the gate."""
 WAIT_FOR_CANCEL: Final = 2.0
 """Seconds between looks while a pending Ray job is being cancelled."""
@@ -477,11 +485,43 @@ def _decide_unbridged(o: Observed, job: RayJobView) -> Decision:
 def _decide_bridged(o: Observed, job: RayJobView, jobset: JobSetView) -> Decision:
     if jobset.deleting:
         return Decision(phase=Phase.QUEUED, why="its JobSet is being deleted: wait, then make it again")
+    if jobset.state is JobSetState.FAILED:
+        return _workers_failed(o, job, jobset)
     decision = _decide_capacity(o, job)
     if job.job_id and o.jobset_job_id != job.job_id:
         record = AnnotateJobSet(namespace=jobset.namespace, name=jobset.name, job_id=job.job_id)
         return replace(decision, actions=(record, *decision.actions))
     return decision
+
+
+def _workers_failed(o: Observed, job: RayJobView, jobset: JobSetView) -> Decision:
+    """A worker pod failed (a node lost, ``ray start`` could not join): the JobSet has failed for good."""
+    if job.job_status is RayJobStatus.RUNNING:
+        return Decision(
+            actions=(
+                Emit(
+                    type="Warning",
+                    reason=WORKERS_LOST,
+                    note=f"a dedicated worker failed ({jobset.terminal_state or 'JobSet Failed'}); the "
+                    "running Ray job fails with it; its workers go when it ends",
+                ),
+            ),
+            phase=Phase.RUNNING,
+            why="workers failed under a running job: Ray fails it",
+        )
+    return Decision(
+        actions=(
+            Emit(
+                type="Warning",
+                reason=WORKERS_FAILED,
+                note="a dedicated worker failed before the job started; its JobSet is made again and "
+                "queued in Kueue anew",
+            ),
+            DeleteJobSet(namespace=jobset.namespace, name=jobset.name),
+        ),
+        phase=Phase.QUEUED,
+        why="workers failed before the job started: make the JobSet again",
+    )
 
 
 def _decide_capacity(o: Observed, job: RayJobView) -> Decision:
@@ -538,6 +578,12 @@ def jobset_rayjob_keys(obj: Object) -> list[str]:
     """Index function over JobSets: the RayJob uid of the bridge's label."""
     uid = ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_RAY_JOB_UID)
     return [str(uid)] if uid else []
+
+
+def jobset_rayjob_name_keys(obj: Object) -> list[str]:
+    """Index function over JobSets: ``<namespace>/<name>`` of their RayJob."""
+    ref = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_RAY_JOB)
+    return [str(ref)] if ref else []
 
 
 def workload_uid_keys(obj: Object) -> list[str]:
@@ -689,7 +735,6 @@ class RayReconciler:
             jobset_job_id=str(js_annotations.get(ANNOTATION_RAY_JOB_ID) or ""),
             jobset_created=_timestamp(((raw_js or {}).get("metadata") or {}).get("creationTimestamp")),
             workload=workload,
-            bridged_jobs=len(self.jobsets.index_values(INDEX_RAYJOB_UID)),
             now=self._wall_clock(),
         )
         if (
@@ -711,6 +756,8 @@ class RayReconciler:
                     mixing_name=self._mixing_name,
                     cluster_domain=self._cluster_domain,
                 ),
+                # Only a RayJob about to get a JobSet needs the count (a walk of the index's keys).
+                bridged_jobs=len(self.jobsets.index_values(INDEX_RAYJOB_UID)),
             )
         return observed
 
@@ -719,9 +766,8 @@ class RayReconciler:
             for obj in self.jobsets.by_index(INDEX_RAYJOB_UID, job.uid):
                 return obj
             return None
-        for obj in self.jobsets.list():
-            if ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_RAY_JOB) == key:
-                return obj
+        for obj in self.jobsets.by_index(INDEX_RAYJOB_KEY, key):
+            return obj
         return None
 
     # --- reconcile --------------------------------------------------------------------------------

@@ -65,11 +65,13 @@ from bridge.runtime.webhook import WebhookServer
 from reconcilers.ray import (
     INDEX_JOB_UID,
     INDEX_RAYCLUSTER,
+    INDEX_RAYJOB_KEY,
     INDEX_RAYJOB_UID,
     Phase,
     RayReconciler,
     decide,
     jobset_rayjob_keys,
+    jobset_rayjob_name_keys,
     jobset_request,
     rayjob_cluster_keys,
     workload_uid_keys,
@@ -205,7 +207,7 @@ class _KubeSide:
             rayclusters=await factory.informer(RAY_API_VERSION, "RayCluster"),
             jobsets=await factory.informer(
                 JOBSET_API_VERSION, JOBSET_KIND, label_selector=LABEL_RAY_JOB_UID,
-                indexers={INDEX_RAYJOB_UID: jobset_rayjob_keys},
+                indexers={INDEX_RAYJOB_UID: jobset_rayjob_keys, INDEX_RAYJOB_KEY: jobset_rayjob_name_keys},
             ),
             workloads=await factory.informer(
                 WORKLOAD_API_VERSION, WORKLOAD_KIND, label_selector=JOB_UID_LABEL,
@@ -366,7 +368,9 @@ async def _reconciler_from_lists(client: Client, *, context: ExplainContext, nam
     stores = {
         "rayjobs": Store(indexers={INDEX_RAYCLUSTER: rayjob_cluster_keys}),
         "rayclusters": Store(),
-        "jobsets": Store(indexers={INDEX_RAYJOB_UID: jobset_rayjob_keys}),
+        "jobsets": Store(
+            indexers={INDEX_RAYJOB_UID: jobset_rayjob_keys, INDEX_RAYJOB_KEY: jobset_rayjob_name_keys}
+        ),
         "workloads": Store(indexers={INDEX_JOB_UID: workload_uid_keys}),
     }
     sources = {

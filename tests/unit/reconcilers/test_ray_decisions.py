@@ -22,6 +22,7 @@ from reconcilers.ray import (
     ANNOTATION_RAY_JOB_ID,
     INDEX_JOB_UID,
     INDEX_RAYCLUSTER,
+    INDEX_RAYJOB_KEY,
     INDEX_RAYJOB_UID,
     START_TIMEOUT_DEFAULT,
     AnnotateJobSet,
@@ -37,6 +38,7 @@ from reconcilers.ray import (
     cluster_start_timeout,
     decide,
     jobset_rayjob_keys,
+    jobset_rayjob_name_keys,
     rayjob_cluster_keys,
     workload_uid_keys,
 )
@@ -131,7 +133,9 @@ class World:
         stores = {
             "rayjobs": Store(indexers={INDEX_RAYCLUSTER: rayjob_cluster_keys}),
             "rayclusters": Store(),
-            "jobsets": Store(indexers={INDEX_RAYJOB_UID: jobset_rayjob_keys}),
+            "jobsets": Store(
+                indexers={INDEX_RAYJOB_UID: jobset_rayjob_keys, INDEX_RAYJOB_KEY: jobset_rayjob_name_keys}
+            ),
             "workloads": Store(indexers={INDEX_JOB_UID: workload_uid_keys}),
         }
         for name, objects in (
@@ -541,3 +545,26 @@ async def test_a_queue_wait_reaching_the_start_timeout_is_reported_for_the_clust
     reconciler.rayclusters.put(raised)
     await reconciler.reconcile(Request(NAMESPACE, "train"))
     assert reported[-1] == {}
+
+
+def _failed(jobset: dict[str, Any]) -> dict[str, Any]:
+    jobset["status"] = {
+        "terminalState": "Failed",
+        "conditions": [{"type": "Failed", "status": "True", "reason": "FailedJobs", "message": "x"}],
+    }
+    return jobset
+
+
+def test_workers_that_fail_before_the_job_starts_get_a_new_jobset() -> None:
+    job = _gated_job(status="PENDING")
+    decision = World(rayjobs=[job], jobsets=[_failed(_jobset_for(job))]).decide()
+    assert kinds(decision) == [Emit, DeleteJobSet]
+    assert decision.actions[0].reason == "WorkersFailed"  # type: ignore[attr-defined]
+    assert kinds(World(rayjobs=[job]).decide()) == [CreateJobSet]
+
+
+def test_workers_that_fail_under_a_running_job_are_reported_and_kept_until_it_ends() -> None:
+    job = _gated_job(status="RUNNING")
+    decision = World(rayjobs=[job], jobsets=[_failed(_jobset_for(job))]).decide()
+    assert kinds(decision) == [Emit]
+    assert decision.actions[0].reason == "WorkersLost"  # type: ignore[attr-defined]
