@@ -59,6 +59,9 @@ class RayPool:
         self.namespace = namespace
         self.cluster = cluster
         self.local_queue = "ray"
+        self.priority = "e2e-ray-low"
+        """The Ray side's WorkloadPriorityClass, below the Slurm side's: Slurm jobs preempt Ray workers."""
+        self.priority_value = 10
         self.mixing_name = f"{pool.settings.pool}-ray"
         self.webhook_name = f"{self.mixing_name}-gate"
         self.webhook_port = free_port()
@@ -88,6 +91,15 @@ class RayPool:
                     "kind": "LocalQueue",
                     "metadata": {"name": self.local_queue, "namespace": self.namespace},
                     "spec": {"clusterQueue": self.pool.settings.cluster_queue},
+                },
+            )
+            self.client.apply(
+                f"{KUEUE}/workloadpriorityclasses",
+                {
+                    "apiVersion": "kueue.x-k8s.io/v1beta2",
+                    "kind": "WorkloadPriorityClass",
+                    "metadata": {"name": self.priority},
+                    "value": self.priority_value,
                 },
             )
             self._start_head()
@@ -198,7 +210,7 @@ class RayPool:
                 "mapping": {
                     "default": {
                         "localQueue": {"name": self.local_queue},
-                        "priorityClass": self.pool.settings.slurm_priority,
+                        "priorityClass": self.priority,
                     }
                 },
                 "workerTemplate": {"nodeSelector": selector, "tolerations": tolerations},

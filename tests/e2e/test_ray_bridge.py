@@ -17,11 +17,13 @@ from typing import Any
 
 import pytest
 
+from bridge.admission import WorkloadState, describe_workload
 from bridge.sandbox.e2e import BridgeProcess, E2EStack
 from bridge.sandbox.processes import StackError
 from bridge.sandbox.ray_e2e import RayPool
 from bridge.sandbox.slurm import SlurmCluster
-from tests.fixtures.e2e import eventually
+from bridge.slurmrest import SlurmClient
+from tests.fixtures.e2e import eventually, finished, wait_job
 
 pytestmark = pytest.mark.ray
 
@@ -224,3 +226,61 @@ async def test_the_bridge_killed_at_each_step_the_job_runs_exactly_once(ray: Ray
         lambda: ray.get_rayjob(name) is None and not ray.jobsets(),
         timeout=TIMEOUT, what="the RayJob and its JobSet gone", describe=lambda: _describe(ray, bridge),
     )  # fmt: skip
+
+
+async def test_one_pool_a_slurm_job_preempts_the_ray_workers_and_nothing_leaks(
+    ray: RayPool, slurm_client: SlurmClient
+) -> None:
+    """A plain Job and a Ray job (both at the Ray side's low priority) fill the pool in Kueue's order;
+    a Slurm job at the Slurm side's higher priority takes the Ray job's workers; the running Ray job
+    then fails (Ray cannot move it), the bridge says so, and nothing is left."""
+    pool = ray.pool
+    ray_bridge = ray.bridge().start()
+    ray.wait_gate_serving(ray_bridge)
+    slurm_bridge = pool.bridge().start()
+    jobs_path = f"/apis/batch/v1/namespaces/{pool.settings.namespace}/jobs"
+    plain = pool.batch_job("plain", command=["sleep", "45"], cpu="1", priority=ray.priority)
+    pool.client.create(jobs_path, plain)
+    name = _name("preempted")
+    try:
+        # Kueue's order: the plain Job is admitted first, so the Ray job's Workload is the newer of the two
+        # at the same priority, the one Kueue preempts first.
+        await eventually(
+            lambda: any(
+                ref.get("name") == "plain" and describe_workload(wl).state is WorkloadState.ADMITTED
+                for wl in pool.workloads()
+                for ref in wl["metadata"].get("ownerReferences") or ()
+            ),
+            timeout=TIMEOUT, what="the plain Job admitted",
+        )  # fmt: skip
+        created = ray.create_rayjob(ray.rayjob(name, entrypoint=DRIVER.format(sleep=300), workers=1))
+        await _job_status_is(ray, name, {"RUNNING"}, ray_bridge)
+
+        cluster = pool.slurm
+        job_id = cluster.sbatch(
+            "-N1", "--ntasks-per-node=1", "--mem=400", "--job-name=urgent-hpc",
+            f"--output={cluster.jobs_dir}/job-%j.out", script="#!/bin/sh\nsrun hostname\n",
+        )  # fmt: skip
+        failed = await _job_status_is(ray, name, {"FAILED", "SUCCEEDED", "STOPPED"}, ray_bridge)
+        assert failed["jobStatus"] == "FAILED"
+        events = await eventually(
+            lambda: [e for e in ray.events(involved=name) if e.get("reason") == "WorkersPreempted"],
+            timeout=TIMEOUT, what="a WorkersPreempted Event", describe=lambda: _describe(ray, ray_bridge),
+        )  # fmt: skip
+        assert "Kueue" in events[0]["message"]
+        done = await wait_job(
+            slurm_client,
+            job_id,
+            until=finished,
+            timeout=TIMEOUT,
+            what="to finish",
+            stack=pool,
+            bridge=slurm_bridge,
+        )
+        assert done.state == "COMPLETED", done
+        await eventually(lambda: not ray.jobsets(), timeout=TIMEOUT, what="the Ray worker JobSet deleted",
+                         describe=lambda: _describe(ray, ray_bridge))  # fmt: skip
+        assert created["metadata"]["annotations"].get(GATE_ANNOTATION)
+    finally:
+        ray.delete_rayjob(name)
+        pool.client.delete(f"{jobs_path}/plain")
