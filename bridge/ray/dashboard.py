@@ -18,6 +18,7 @@ derived from the cancelled job's, so a repeated cancel submits nothing new.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import shlex
@@ -103,13 +104,19 @@ class DirectTransport:
         self, method: str, *, namespace: str, cluster: str, path: str, body: bytes | None
     ) -> tuple[int, bytes]:
         headers = {"Content-Type": "application/json"} if body is not None else {}
-        async with (
-            aiohttp.ClientSession(timeout=self._timeout) as session,
-            session.request(
-                method, self._url_of(namespace, cluster) + path, data=body, headers=headers
-            ) as response,
-        ):
-            return response.status, await response.read()
+        connector = aiohttp.TCPConnector(force_close=True)
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=self._timeout, connector=connector) as session,
+                session.request(
+                    method, self._url_of(namespace, cluster) + path, data=body, headers=headers
+                ) as response,
+            ):
+                return response.status, await response.read()
+        finally:
+            # A closed transport is finalized on the loop's next pass: give it that pass, or a loop that
+            # ends right after the call leaves it to the garbage collector (a ResourceWarning).
+            await asyncio.sleep(0)
 
 
 class RayDashboard:

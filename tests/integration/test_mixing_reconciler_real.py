@@ -335,7 +335,12 @@ async def test_unusable_update_keeps_the_last_good_configuration(client: Client,
         assert "generation 1" in degraded["message"]
         assert live.current is good
         assert live.version == seen
-        assert any(e["reason"] == "PriorityClassNotFound" for e in await events_about(client, name))
+        # The Event is recorded after the status is written: wait for it, do not race it.
+        await eventually(
+            lambda: events_about(client, name),
+            lambda events: any(e["reason"] == "PriorityClassNotFound" for e in events),
+            what="the PriorityClassNotFound Event",
+        )
 
         # The bridges learn of the fix without a restart: they are waiting for the next version.
         async with asyncio.TaskGroup() as tg:
