@@ -22,7 +22,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, TextIO
+from typing import ClassVar, Final, TextIO
 
 import yaml
 
@@ -56,7 +56,7 @@ from bridge.program import (
     run_until_stopped,
 )
 from bridge.program.mappers import through_owner_jobset
-from bridge.runtime.cache import Store
+from bridge.runtime.cache import IndexFunc, Store
 from bridge.runtime.client import Client
 from bridge.runtime.controller import Controller, Request
 from bridge.runtime.handlers import Object
@@ -192,6 +192,40 @@ _COUNT_OF_PHASE: Mapping[str, str] = {
 
 
 @dataclass(frozen=True, kw_only=True)
+class _Watched:
+    """One kind the Ray bridge reads: what to list and watch, and the indexes the reconciler looks up."""
+
+    api_version: str
+    kind: str
+    label_selector: str | None = None
+    indexers: Mapping[str, IndexFunc] | None = None
+
+    def store(self) -> Store:
+        return Store(indexers=dict(self.indexers or {}))
+
+
+_WATCHED: Final = {
+    "rayjobs": _Watched(
+        api_version=RAY_API_VERSION, kind="RayJob", indexers={INDEX_RAYCLUSTER: rayjob_cluster_keys}
+    ),
+    "rayclusters": _Watched(api_version=RAY_API_VERSION, kind="RayCluster"),
+    "jobsets": _Watched(
+        api_version=JOBSET_API_VERSION,
+        kind=JOBSET_KIND,
+        label_selector=LABEL_RAY_JOB_UID,
+        indexers={INDEX_RAYJOB_UID: jobset_rayjob_keys, INDEX_RAYJOB_KEY: jobset_rayjob_name_keys},
+    ),
+    "workloads": _Watched(
+        api_version=WORKLOAD_API_VERSION,
+        kind=WORKLOAD_KIND,
+        label_selector=JOB_UID_LABEL,
+        indexers={INDEX_JOB_UID: workload_uid_keys},
+    ),
+}
+"""Shared by the informers of a running bridge and the one-off lists of ``explain``."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class _KubeSide:
     rayjobs: Informer
     rayclusters: Informer
@@ -200,20 +234,16 @@ class _KubeSide:
 
     @classmethod
     async def start(cls, factory: SharedInformerFactory) -> _KubeSide:
-        return cls(
-            rayjobs=await factory.informer(
-                RAY_API_VERSION, "RayJob", indexers={INDEX_RAYCLUSTER: rayjob_cluster_keys}
-            ),
-            rayclusters=await factory.informer(RAY_API_VERSION, "RayCluster"),
-            jobsets=await factory.informer(
-                JOBSET_API_VERSION, JOBSET_KIND, label_selector=LABEL_RAY_JOB_UID,
-                indexers={INDEX_RAYJOB_UID: jobset_rayjob_keys, INDEX_RAYJOB_KEY: jobset_rayjob_name_keys},
-            ),
-            workloads=await factory.informer(
-                WORKLOAD_API_VERSION, WORKLOAD_KIND, label_selector=JOB_UID_LABEL,
-                indexers={INDEX_JOB_UID: workload_uid_keys},
-            ),
-        )  # fmt: skip
+        informers = {
+            name: await factory.informer(
+                watched.api_version,
+                watched.kind,
+                label_selector=watched.label_selector,
+                indexers=dict(watched.indexers) if watched.indexers else None,
+            )
+            for name, watched in _WATCHED.items()
+        }
+        return cls(**informers)
 
 
 class _HeadService:
@@ -365,23 +395,12 @@ async def explain(settings: Settings, *, rayjob: str, out: TextIO) -> int:
 
 async def _reconciler_from_lists(client: Client, *, context: ExplainContext, namespace: str) -> RayReconciler:
     """The reconciler on stores filled from one list each (the namespace's), not informers."""
-    stores = {
-        "rayjobs": Store(indexers={INDEX_RAYCLUSTER: rayjob_cluster_keys}),
-        "rayclusters": Store(),
-        "jobsets": Store(
-            indexers={INDEX_RAYJOB_UID: jobset_rayjob_keys, INDEX_RAYJOB_KEY: jobset_rayjob_name_keys}
-        ),
-        "workloads": Store(indexers={INDEX_JOB_UID: workload_uid_keys}),
-    }
-    sources = {
-        "rayjobs": (RAY_API_VERSION, "RayJob", None),
-        "rayclusters": (RAY_API_VERSION, "RayCluster", None),
-        "jobsets": (JOBSET_API_VERSION, JOBSET_KIND, LABEL_RAY_JOB_UID),
-        "workloads": (WORKLOAD_API_VERSION, WORKLOAD_KIND, JOB_UID_LABEL),
-    }
-    for store_name, (api_version, kind, selector) in sources.items():
-        for obj in await client.list(api_version, kind, namespace=namespace, label_selector=selector):
-            stores[store_name].put(obj)
+    stores = {name: watched.store() for name, watched in _WATCHED.items()}
+    for name, watched in _WATCHED.items():
+        for obj in await client.list(
+            watched.api_version, watched.kind, namespace=namespace, label_selector=watched.label_selector
+        ):
+            stores[name].put(obj)
     return RayReconciler(
         client=client,
         ray_jobs=RayDashboard(

@@ -53,6 +53,8 @@ __all__ = [
     "E2ESettings",
     "E2EStack",
     "bridge_node_names",
+    "local_queue_object",
+    "priority_class_object",
     "processes_of_cluster",
     "wait_for",
 ]
@@ -62,6 +64,28 @@ KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
 JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2"
 MIXINGS = "/apis/bridge.k8s-bridge.io/v1alpha1/workloadmixings"
 _BRIDGE_NODE = re.compile(r"^b\d+-\d+$")
+
+
+def local_queue_object(name: str, *, namespace: str, cluster_queue: str) -> tuple[str, dict[str, Any]]:
+    """(collection path, manifest) of a Kueue LocalQueue, as :meth:`RestClient.apply` takes them."""
+    manifest = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "LocalQueue",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"clusterQueue": cluster_queue},
+    }
+    return f"{KUEUE}/namespaces/{namespace}/localqueues", manifest
+
+
+def priority_class_object(name: str, *, value: int) -> tuple[str, dict[str, Any]]:
+    """(collection path, manifest) of a Kueue WorkloadPriorityClass."""
+    manifest = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "WorkloadPriorityClass",
+        "metadata": {"name": name},
+        "value": value,
+    }
+    return f"{KUEUE}/workloadpriorityclasses", manifest
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -416,25 +440,9 @@ class E2EStack:
                     },
                 },
             ),
-            (
-                f"{KUEUE}/namespaces/{s.namespace}/localqueues",
-                {
-                    "apiVersion": "kueue.x-k8s.io/v1beta2",
-                    "kind": "LocalQueue",
-                    "metadata": {"name": s.local_queue, "namespace": s.namespace},
-                    "spec": {"clusterQueue": s.cluster_queue},
-                },
-            ),
+            local_queue_object(s.local_queue, namespace=s.namespace, cluster_queue=s.cluster_queue),
             *(
-                (
-                    f"{KUEUE}/workloadpriorityclasses",
-                    {
-                        "apiVersion": "kueue.x-k8s.io/v1beta2",
-                        "kind": "WorkloadPriorityClass",
-                        "metadata": {"name": name},
-                        "value": priority,
-                    },
-                )
+                priority_class_object(name, value=priority)
                 for name, priority in (
                     (s.slurm_priority, s.slurm_priority_value),
                     (s.urgent_priority, s.urgent_priority_value),

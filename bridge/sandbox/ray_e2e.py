@@ -33,7 +33,16 @@ from pathlib import Path
 from typing import Any, Self
 
 from bridge.sandbox.controllers import Controllers
-from bridge.sandbox.e2e import JOBSETS, KUEUE, BridgeProcess, E2EStack, bridge_environment, wait_for
+from bridge.sandbox.e2e import (
+    JOBSETS,
+    KUEUE,
+    BridgeProcess,
+    E2EStack,
+    bridge_environment,
+    local_queue_object,
+    priority_class_object,
+    wait_for,
+)
 from bridge.sandbox.kube import ApiError
 from bridge.sandbox.kuberay import RAY_API, head_service, ray_cluster_manifest, wait_head_ready
 from bridge.sandbox.processes import StackError, free_port
@@ -85,23 +94,11 @@ class RayPool:
                 body={"metadata": {"labels": {key: value}}}, content_type="application/merge-patch+json",
             )  # fmt: skip
             self.client.apply(
-                f"{KUEUE}/namespaces/{self.namespace}/localqueues",
-                {
-                    "apiVersion": "kueue.x-k8s.io/v1beta2",
-                    "kind": "LocalQueue",
-                    "metadata": {"name": self.local_queue, "namespace": self.namespace},
-                    "spec": {"clusterQueue": self.pool.settings.cluster_queue},
-                },
+                *local_queue_object(
+                    self.local_queue, namespace=self.namespace, cluster_queue=self.pool.settings.cluster_queue
+                )
             )
-            self.client.apply(
-                f"{KUEUE}/workloadpriorityclasses",
-                {
-                    "apiVersion": "kueue.x-k8s.io/v1beta2",
-                    "kind": "WorkloadPriorityClass",
-                    "metadata": {"name": self.priority},
-                    "value": self.priority_value,
-                },
-            )
+            self.client.apply(*priority_class_object(self.priority, value=self.priority_value))
             self._start_head()
             self._write_certificates()
             self.client.apply(

@@ -16,11 +16,12 @@ import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Self
 
 from bridge.admission import WorkloadState, describe_workload
-from bridge.sandbox.e2e import KUEUE
+from bridge.sandbox.e2e import KUEUE, BridgeProcess, local_queue_object
 from bridge.sandbox.kube import ApiError, RestClient
 from bridge.sandbox.processes import StackError
 from bridge.sandbox.stack import KubeStack
@@ -107,6 +108,47 @@ def apiserver_requests(client: RestClient) -> float:
 
 
 # --- polling and figures ---------------------------------------------------------------------------
+
+
+HTTP_COUNT = "k8s_bridge_bench_http_requests_total"
+"""Every HTTP request a benchmarked bridge made (tests/bench/http_counting.py), by target, verb, resource."""
+
+
+@dataclass(frozen=True)
+class BridgeProbe:
+    """One snapshot of a bridge: its metrics, CPU and memory, and the API server's request total.
+
+    Subclasses name the bridge's action counter (:attr:`ACTIONS`) and add what only their bridge has.
+    """
+
+    ACTIONS: ClassVar[str]
+
+    at: float
+    samples: list[Sample]
+    cpu: float
+    rss: float
+    hwm: float
+    apiserver: float
+
+    @classmethod
+    def take(cls, client: RestClient, bridge: BridgeProcess) -> Self:
+        assert bridge.process is not None
+        at = time.monotonic()
+        samples = parse_metrics(bridge.metrics_text() or "")
+        rss, hwm = memory_mib(bridge.process.pid)
+        return cls(at, samples, cpu_seconds(bridge.process.pid), rss, hwm, apiserver_requests(client))
+
+    @classmethod
+    def before_start(cls, client: RestClient) -> Self:
+        """What a bridge that has not started yet has done: nothing (the API server's total as now)."""
+        return cls(time.monotonic(), [], 0.0, 0.0, 0.0, apiserver_requests(client))
+
+    def http(self) -> dict[str, float]:
+        """Requests by ``"<target> <verb> <resource>"``."""
+        return by_labels(self.samples, HTTP_COUNT, ("target", "verb", "resource"))
+
+    def actions(self) -> dict[str, float]:
+        return by_labels(self.samples, self.ACTIONS, ("action", "result"))
 
 
 def wait(predicate: Callable[[], Any], *, timeout: float, what: str, interval: float = 0.25) -> Any:
@@ -300,15 +342,7 @@ def kueue_admission_baseline(
         )
 
     client.apply(f"{KUEUE}/clusterqueues", queue("Hold"))
-    client.apply(
-        f"{KUEUE}/namespaces/{ns}/localqueues",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "LocalQueue",
-            "metadata": {"name": lq, "namespace": ns},
-            "spec": {"clusterQueue": cq},
-        },
-    )
+    client.apply(*local_queue_object(lq, namespace=ns, cluster_queue=cq))
     workloads_path = f"{KUEUE}/namespaces/{ns}/workloads"
     jobs_path = f"/apis/batch/v1/namespaces/{ns}/jobs"
     try:

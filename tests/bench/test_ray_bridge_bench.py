@@ -61,20 +61,26 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
 from bridge.sandbox.controllers import create_kwok_nodes, delete_nodes
-from bridge.sandbox.e2e import CHART_CRDS, JOBSETS, KUEUE, MIXINGS, BridgeProcess, bridge_environment
+from bridge.sandbox.e2e import (
+    CHART_CRDS,
+    JOBSETS,
+    KUEUE,
+    MIXINGS,
+    BridgeProcess,
+    bridge_environment,
+    local_queue_object,
+)
 from bridge.sandbox.kube import RestClient
 from bridge.sandbox.processes import ProcessGroup, StackError, free_port
 from bridge.sandbox.stack import KubeStack
 from tests.bench.bench_support import (
-    Sample,
+    BridgeProbe,
     admitted_count,
-    apiserver_requests,
-    by_labels,
     cpu_seconds,
     delta,
     env_int,
@@ -82,8 +88,6 @@ from tests.bench.bench_support import (
     kueue_admission_baseline,
     list_items,
     load_average,
-    memory_mib,
-    parse_metrics,
     print_table,
     rate_figures,
     total,
@@ -125,7 +129,6 @@ NS_WORKLOADS = f"{KUEUE}/namespaces/{NAMESPACE}/workloads"
 NS_JOBS = f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs"
 NS_PODS = f"/api/v1/namespaces/{NAMESPACE}/pods"
 
-HTTP_COUNT = "k8s_bridge_bench_http_requests_total"
 ACTIONS = "k8s_bridge_ray_actions_total"
 PHASES = "k8s_bridge_ray_jobs"
 
@@ -134,35 +137,13 @@ PHASES = "k8s_bridge_ray_jobs"
 
 
 @dataclass(frozen=True)
-class Probe:
-    """One snapshot of the bridge: its metrics, CPU and memory, and the API server's request total."""
+class Probe(BridgeProbe):
+    """A snapshot of the Ray bridge."""
 
-    at: float
-    samples: list[Sample]
-    cpu: float
-    rss: float
-    hwm: float
-    apiserver: float
-
-    @classmethod
-    def take(cls, client: RestClient, bridge: BridgeProcess) -> Probe:
-        assert bridge.process is not None
-        at = time.monotonic()
-        samples = parse_metrics(bridge.metrics_text() or "")
-        rss, hwm = memory_mib(bridge.process.pid)
-        return cls(at, samples, cpu_seconds(bridge.process.pid), rss, hwm, apiserver_requests(client))
-
-    @classmethod
-    def before_start(cls, client: RestClient) -> Probe:
-        """What a bridge that has not started yet has done: nothing (the API server's total as now)."""
-        return cls(time.monotonic(), [], 0.0, 0.0, 0.0, apiserver_requests(client))
+    ACTIONS: ClassVar[str] = ACTIONS
 
     def kube(self) -> dict[str, float]:
-        calls = by_labels(self.samples, HTTP_COUNT, ("target", "verb", "resource"))
-        return {k.removeprefix("kube "): v for k, v in calls.items() if k.startswith("kube ")}
-
-    def actions(self) -> dict[str, float]:
-        return by_labels(self.samples, ACTIONS, ("action", "result"))
+        return {k.removeprefix("kube "): v for k, v in self.http().items() if k.startswith("kube ")}
 
 
 def window(before: Probe, after: Probe, *, jobs: int) -> dict[str, Any]:
@@ -306,15 +287,7 @@ def apply_kueue_objects(client: RestClient) -> None:
         },
     )
     client.apply(f"{KUEUE}/clusterqueues", cluster_queue("Hold"))
-    client.apply(
-        f"{KUEUE}/namespaces/{NAMESPACE}/localqueues",
-        {
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "LocalQueue",
-            "metadata": {"name": LOCAL_QUEUE, "namespace": NAMESPACE},
-            "spec": {"clusterQueue": CLUSTER_QUEUE},
-        },
-    )
+    client.apply(*local_queue_object(LOCAL_QUEUE, namespace=NAMESPACE, cluster_queue=CLUSTER_QUEUE))
 
 
 def kwok_nodes(client: RestClient) -> list[str]:

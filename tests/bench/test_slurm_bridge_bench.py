@@ -66,7 +66,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -78,17 +78,14 @@ from bridge.sandbox.slurm import BRIDGE_PARTITION, VERSIONS, SlurmCluster, Slurm
 from bridge.sandbox.slurm_root import RootBuildError
 from bridge.sandbox.stack import KubeStack
 from tests.bench.bench_support import (
+    BridgeProbe,
     Sample,
-    apiserver_requests,
     by_labels,
     condition_time,
-    cpu_seconds,
     delta,
     env_int,
     kueue_admission_baseline,
     load_average,
-    memory_mib,
-    parse_metrics,
     parse_time,
     print_table,
     rate_figures,
@@ -204,48 +201,23 @@ def scrub(stack: E2EStack) -> None:
 
 REST_COUNT = "k8s_bridge_slurmrestd_request_duration_seconds_count"
 REST_SUM = "k8s_bridge_slurmrestd_request_duration_seconds_sum"
-HTTP_COUNT = "k8s_bridge_bench_http_requests_total"
 ACTIONS = "k8s_bridge_slurm_actions_total"
 
 
 @dataclass(frozen=True)
-class Probe:
-    """One snapshot of the bridge: its metrics, CPU and memory, and the API server's request total."""
+class Probe(BridgeProbe):
+    """A snapshot of the Slurm bridge, with its slurmrestd calls."""
 
-    at: float
-    samples: list[Sample]
-    cpu: float
-    rss: float
-    hwm: float
-    apiserver: float
-
-    @classmethod
-    def take(cls, stack: E2EStack, bridge: BridgeProcess) -> Probe:
-        assert bridge.process is not None
-        at = time.monotonic()
-        samples = parse_metrics(bridge.metrics_text() or "")
-        rss, hwm = memory_mib(bridge.process.pid)
-        return cls(at, samples, cpu_seconds(bridge.process.pid), rss, hwm, apiserver_requests(stack.client))
-
-    @classmethod
-    def before_start(cls, stack: E2EStack) -> Probe:
-        """What a bridge that has not started yet has done: nothing (the API server's total as now)."""
-        return cls(time.monotonic(), [], 0.0, 0.0, 0.0, apiserver_requests(stack.client))
+    ACTIONS: ClassVar[str] = ACTIONS
 
     def kube(self) -> dict[str, float]:
         return {k: v for k, v in self.http().items() if k.startswith("kube ")}
-
-    def http(self) -> dict[str, float]:
-        return by_labels(self.samples, HTTP_COUNT, ("target", "verb", "resource"))
 
     def rest(self) -> dict[str, float]:
         return by_labels(self.samples, REST_COUNT, ("method", "path"))
 
     def rest_seconds(self) -> dict[str, float]:
         return by_labels(self.samples, REST_SUM, ("method", "path"))
-
-    def actions(self) -> dict[str, float]:
-        return by_labels(self.samples, ACTIONS, ("action", "result"))
 
 
 def window(before: Probe, after: Probe, *, jobs: int) -> dict[str, Any]:
@@ -388,13 +360,13 @@ def test_held_jobs_to_jobsets_beside_kueue_admission(
         result["submit"] = {"jobs": JOBS, "seconds": round(submit_seconds, 2),
                             "per_s": round(JOBS / submit_seconds, 1), "parallel": SUBMITTERS}  # fmt: skip
         bridge = counting_bridge(stack)
-        zero = Probe.before_start(stack)
+        zero = Probe.before_start(stack.client)
         start = zero.at
         bridge.start()
         wait_bridge(bridge)
         started = time.monotonic() - start
         series = wait_creates(bridge, JOBS, timeout=max(300.0, JOBS * 1.0))
-        after = Probe.take(stack, bridge)
+        after = Probe.take(stack.client, bridge)
         assert jobset_count(stack) == JOBS
         catch_up = rate_figures(series, start=start, base=0.0, count=JOBS)
         catch_up["bridge_start_seconds"] = round(started, 2)
@@ -407,14 +379,14 @@ def test_held_jobs_to_jobsets_beside_kueue_admission(
 
         # 3. Steady state: nothing changes; what does the bridge cost per poll?
         time.sleep(2.0)
-        quiet = Probe.take(stack, bridge)
+        quiet = Probe.take(stack.client, bridge)
         time.sleep(STEADY_SECONDS)
-        result["steady"] = window(quiet, Probe.take(stack, bridge), jobs=JOBS)
+        result["steady"] = window(quiet, Probe.take(stack.client, bridge), jobs=JOBS)
 
         # 4. Live: submitted while the bridge runs.
         if LIVE_JOBS:
             base = creates(bridge)
-            live_before = Probe.take(stack, bridge)
+            live_before = Probe.take(stack.client, bridge)
             start = time.monotonic()
             with ThreadPoolExecutor(1) as pool:
                 submitted = pool.submit(submit_many, bench_slurm, LIVE_JOBS, prefix="live")
@@ -424,13 +396,13 @@ def test_held_jobs_to_jobsets_beside_kueue_admission(
             live = rate_figures(series, start=start, base=base, count=LIVE_JOBS)
             live["submit_seconds"] = round(live_submit_seconds, 2)
             live["lag_after_last_submit_seconds"] = round(live["seconds_to_all"] - live_submit_seconds, 2)
-            live["window"] = window(live_before, Probe.take(stack, bridge), jobs=LIVE_JOBS)
+            live["window"] = window(live_before, Probe.take(stack.client, bridge), jobs=LIVE_JOBS)
             result["live"] = live
             assert jobset_count(stack) == JOBS + LIVE_JOBS
 
         # 5. Cleanup: cancel everything; the bridge deletes every JobSet.
         everything = JOBS + LIVE_JOBS
-        clean_before = Probe.take(stack, bridge)
+        clean_before = Probe.take(stack.client, bridge)
         removed = clean_before.actions().get("remove_finalizer ok", 0.0)
         start = time.monotonic()
         cancel_all(bench_slurm)
@@ -439,7 +411,7 @@ def test_held_jobs_to_jobsets_beside_kueue_admission(
             timeout=max(600.0, everything * 1.0), what="the bridge to remove every finalizer", interval=0.5,
         )  # fmt: skip
         bridge_done = time.monotonic() - start
-        clean_after = Probe.take(stack, bridge)
+        clean_after = Probe.take(stack.client, bridge)
         wait(lambda: not any_jobset(stack), timeout=max(600.0, everything * 1.0),
              what="every JobSet to be gone", interval=1.0)  # fmt: skip
         seconds = time.monotonic() - start
@@ -647,7 +619,7 @@ def test_admission_to_running_latency(
         admitted_ltt: dict[int, float] = {}
         loops, began = 0, time.monotonic()
         deadline = began + max(300.0, 6.0 * count)
-        before = Probe.take(stack, bridge)
+        before = Probe.take(stack.client, bridge)
         observer = ReleaseObserver(bench_slurm, ids).start()
         try:
             # The slow loop: Kueue's admissions (for Admitted -> ...); the observer does the rest.
@@ -676,7 +648,7 @@ def test_admission_to_running_latency(
         finally:
             observer.stop()
         loop_seconds = (time.monotonic() - began) / max(loops, 1)
-        during = window(before, Probe.take(stack, bridge), jobs=count)
+        during = window(before, Probe.take(stack.client, bridge), jobs=count)
         result["load_during"] = load_average()
         idle, running = observer.idle, observer.running
 
@@ -734,7 +706,7 @@ def test_admission_to_running_latency(
         result["cleanup_after_running_seconds"] = round(time.monotonic() - start, 2)
         _, jobs = slurm_nodes_and_jobs(bench_slurm)
         result["completed"] = sum(jobs.get(j, ("",))[0] == "COMPLETED" for j in ids)
-        probe = Probe.take(stack, bridge)
+        probe = Probe.take(stack.client, bridge)
         result["bridge_histogram_admitted_to_running"] = histogram_summary(
             probe.samples, "k8s_bridge_slurm_admitted_to_running_seconds"
         )
