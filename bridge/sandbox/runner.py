@@ -30,6 +30,24 @@ scheduler binds to one of its nodes it
   puts unix sockets there), removed with the pod's network namespace: a container's ``/tmp`` is its
   own, and two Ray nodes on one host sharing ``/tmp/ray`` share a session directory, where a driver
   on one node reads the other's cached node IP and attaches to the wrong raylet;
+- gives each pod in-cluster configuration, as kubelet and cluster DNS do for a Deployment's pod
+  (:mod:`bridge.sandbox.in_cluster`): ``KUBERNETES_SERVICE_HOST=kubernetes.default.svc`` and
+  ``KUBERNETES_SERVICE_PORT`` (the API server's own port) in every container's environment, and in
+  its hosts file ``kubernetes.default.svc[.cluster.local]``, ``kubernetes.default`` (``kubernetes`` in
+  ``default``) and :data:`~bridge.sandbox.in_cluster.HOST_ALIAS` mapped to the pod's gateway, the
+  host's end of its veth pair, where the stack's kube-apiserver (bound to every address) answers
+  with a certificate for those names;
+- gives each pod its volumes (:mod:`bridge.sandbox.pod_volumes`): ``secret``, ``configMap``,
+  ``downwardAPI``, ``projected`` and ``emptyDir``, under ``<pod dir>/volumes`` (``0700``), each
+  container mounting them at their ``mountPath`` in its own mount namespace
+  (:mod:`bridge.sandbox.pod_init`; a missing mountPath is made without a trace on the host). The
+  ServiceAccount admission plugin's ``kube-api-access-*`` volume so gets the pod's token, requested
+  through the TokenRequest API bound to the pod and refreshed before 80% of its lifetime
+  (:mod:`bridge.sandbox.service_account`), the stack's CA (the ``kube-root-ca.crt`` ConfigMap) and
+  the namespace, at ``/var/run/secrets/kubernetes.io/serviceaccount``. Secret and ConfigMap changes
+  reach the files through kubelet's atomic ``..data`` swap (:mod:`bridge.sandbox.volume_keeper`,
+  fed by one informer for each kind); a pod whose non-optional Secret or ConfigMap is missing waits
+  Pending until it appears;
 - on request (:data:`PID_NAMESPACE_ANNOTATION` on the pod, or the runner's ``pid_namespace``), runs
   each container in a PID namespace of its own with its own ``/proc``, the runner's small init as
   pid 1 (as in Kubernetes, where a container sees only its own processes: a Ray driver picks "its"
@@ -45,11 +63,15 @@ Its nodes carry ``k8s-bridge.io/runner=true`` and no kwok annotation, so kwok le
 pods) alone; it keeps them Ready with a node Lease in ``kube-node-lease`` renewed like kubelet's.
 
 What it does not do, on purpose: the container image is ignored (commands run from the host
-filesystem, with the host's PATH); volumes, resource limits, probes and security contexts are
-ignored (a pod is Ready as soon as its processes run: readiness probes are not run); ``envFrom``,
-``configMapKeyRef``/``secretKeyRef``/``resourceFieldRef`` env, sidecar init containers and
-containers without ``command`` are refused: such a pod is marked Failed with a message saying why,
-never half-run.
+filesystem, with the host's PATH, as root); resource limits, probes and security contexts are
+ignored (a pod is Ready as soon as its processes run: readiness probes are not run; a read-only
+root filesystem is not made read-only); ``envFrom``, ``configMapKeyRef``/``secretKeyRef``/
+``resourceFieldRef`` env, sidecar init containers, containers without ``command``, and volume kinds
+other than the five above (hostPath, persistentVolumeClaim, ...), ``subPathExpr`` and downward API
+``resourceFieldRef`` are refused: such a pod is marked Failed with a message saying why, never
+half-run. A ``subPath`` mount of a Secret or ConfigMap is not updated (as with kubelet); an emptyDir's
+``sizeLimit`` is not enforced; a failed mount fails the container (exit 1, the reason on its
+standard error), which its restart policy then handles.
 
 Level-based: everything is derived from the pods on its nodes, read through ``bridge.runtime``'s
 client and informers (one per node, field selector ``spec.nodeName``). A runner that starts and finds
@@ -1512,7 +1534,9 @@ class ProcessRunner:
     otherwise holds only PATH (the runner's, after the folder of its Python), HOME (the container's
     own), HOSTNAME and the container's own ``env``); ``cluster_dns`` (on by default) keeps the
     Services' names in the pods' hosts files under ``cluster_domain`` and puts
-    :data:`CLUSTER_DNS_ENV` in their environment; ``pid_namespace`` gives each container of a pod
+    :data:`CLUSTER_DNS_ENV` in their environment; ``in_cluster`` (on by default) gives every pod the
+    ``KUBERNETES_SERVICE_*`` variables and the API server's names in its hosts file, when the runner's
+    own API server is on loopback or an IPv4 address; ``pid_namespace`` gives each container of a pod
     without :data:`PID_NAMESPACE_ANNOTATION` a PID namespace of its own; ``max_restarts`` and
     ``restart_backoff`` (doubling, capped at 30 s) bound local restarts; ``max_grace`` caps a deleted
     pod's termination grace period; ``lease_duration`` / ``heartbeat_interval`` as kubelet's node lease.
