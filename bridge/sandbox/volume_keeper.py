@@ -18,7 +18,7 @@ import random
 import shutil
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,8 @@ class PodVolumes:
         self._config_maps_of = config_maps_of
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not secrets
         self._tokens: dict[tuple[str, str], tuple[IssuedToken, datetime]] = {}
+        """Per (volume, path): the token issued last and when it is due for renewal."""
+        self._retry_at: dict[tuple[str, str], datetime] = {}
 
     @property
     def volumes(self) -> list[Mapping[str, Any]]:
@@ -133,22 +135,24 @@ class PodVolumes:
         return SyncResult(missing="; ".join(missing) or None, again_in=min(delays) if delays else None)
 
     async def _refresh_tokens(self, now: datetime) -> float | None:
-        """Request each token not issued yet or due; seconds until the next one is due."""
+        """Request each token not issued yet or due (a failed request waits :data:`TOKEN_RETRY`, the
+        token issued before, if any, staying in place); seconds until the next one is due."""
         due: list[float] = []
         for volume in self.volumes:
             for source in token_sources(volume):
                 key = (str(volume["name"]), str(source["path"]))
                 held = self._tokens.get(key)
-                if held is None or held[1] <= now:
-                    await self._request(key, source, now)
-                    held = self._tokens.get(key)
-                if held is None:
-                    due.append(TOKEN_RETRY)
-                else:
-                    due.append(max((held[1] - now).total_seconds(), 0.0))
+                due_at = max(held[1] if held else now, self._retry_at.get(key, now))
+                if due_at <= now:
+                    if await self._request(key, source):
+                        self._retry_at.pop(key, None)
+                        due_at = self._tokens[key][1]
+                    else:
+                        due_at = self._retry_at[key] = now + timedelta(seconds=TOKEN_RETRY)
+                due.append(max((due_at - now).total_seconds(), 0.0))
         return min(due) if due else None
 
-    async def _request(self, key: tuple[str, str], source: Mapping[str, Any], now: datetime) -> None:
+    async def _request(self, key: tuple[str, str], source: Mapping[str, Any]) -> bool:
         try:
             self._tokens[key] = await request_token(self._client, self.pod, source, rng=self._rng)
         except (ApiError, OSError, aiohttp.ClientError, TimeoutError) as error:
@@ -156,8 +160,9 @@ class PodVolumes:
                 "process runner: token for pod %s (%s) not issued, retrying: %s",
                 self.pod["metadata"]["uid"], key[0], error,
             )  # fmt: skip
-            return
+            return False
         log.info("process runner: token for pod %s (%s) issued", self.pod["metadata"]["uid"], key[0])
+        return True
 
     def plan(self, container: Mapping[str, Any]) -> Path | None:
         """Write the container's mount plan (:mod:`bridge.sandbox.pod_init` reads it); None: no mounts."""

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from bridge.runtime.errors import error_from_status
 from bridge.sandbox import volume_keeper
 from bridge.sandbox.pod_volumes import (
     File,
@@ -339,3 +340,40 @@ async def test_a_pod_waits_for_a_missing_secret(tmp_path: Path) -> None:
     found[("team-a", "absent")] = {"data": {"k": b64("v")}}
     assert (await volumes.sync()).missing is None
     assert (tmp_path / "volumes" / "tls" / "k").read_text() == "v"
+
+
+async def test_a_failed_token_request_keeps_the_old_token_and_waits_before_trying_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeTokens(seconds=3607)
+    failing = False
+
+    async def issue(client: object, pod: object, source: object, *, rng: object) -> tuple[Any, datetime]:
+        if failing:
+            raise error_from_status(404, {"kind": "Status", "reason": "NotFound", "message": "gone"})
+        return await fake(client, pod, source, rng=rng)
+
+    monkeypatch.setattr(volume_keeper, "request_token", issue)
+    volumes = PodVolumes(
+        pod=make_pod([KUBE_API_ACCESS]),
+        pod_dir=tmp_path,
+        namespace="kb-0123456789",
+        client=None,  # type: ignore[arg-type]  # the fake needs none
+        secrets_of=lambda ns, name: SECRETS.get((ns, name)),
+        config_maps_of=lambda ns, name: CONFIG_MAPS.get((ns, name)),
+    )
+    volumes.create()
+    await volumes.sync(now=fake.now)
+    failing = True
+    due = fake.now + timedelta(seconds=3000)
+    result = await volumes.sync(now=due)
+    assert result.missing is None, "the old token stays"
+    assert result.again_in == volume_keeper.TOKEN_RETRY
+    assert (await volumes.sync(now=due + timedelta(seconds=1))).again_in == pytest.approx(
+        volume_keeper.TOKEN_RETRY - 1
+    )
+    assert len(fake.issued) == 1
+    failing = False
+    fake.now = due + timedelta(seconds=volume_keeper.TOKEN_RETRY)
+    await volumes.sync(now=fake.now)
+    assert len(fake.issued) == 2
