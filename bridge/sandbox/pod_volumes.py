@@ -54,6 +54,7 @@ __all__ = [
     "container_mounts",
     "downward_files",
     "memory_dir",
+    "pod_memory_dir",
     "projected_files",
     "read_payload",
     "referenced_objects",
@@ -373,10 +374,15 @@ def referenced_objects(pod: Pod) -> set[tuple[str, str, str]]:
 # -- where volumes are, and where containers mount them ----------------------------------------------
 
 
+def pod_memory_dir(namespace: str, *, root: Path = MEMORY_ROOT) -> Path:
+    """The folder of the Memory emptyDirs of the pod with network namespace ``namespace``
+    (``kb-<token>`` gives ``/dev/shm/kb-pod-<token>``), removed with the namespace."""
+    return root / f"kb-pod-{namespace.removeprefix('kb-')}"
+
+
 def memory_dir(namespace: str, volume: str, *, root: Path = MEMORY_ROOT) -> Path:
-    """Where a ``medium: Memory`` emptyDir of the pod with network namespace ``namespace`` lives:
-    ``/dev/shm/kb-pod-<token>/<volume>`` (its parent goes with the namespace)."""
-    return root / f"kb-pod-{namespace.removeprefix('kb-')}" / volume
+    """Where a ``medium: Memory`` emptyDir lives: ``<pod memory dir>/<volume>`` (:func:`pod_memory_dir`)."""
+    return pod_memory_dir(namespace, root=root) / volume
 
 
 def container_mounts(

@@ -2088,6 +2088,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--env", action="append", default=[], help="env KEY=VALUE for every container")
     parser.add_argument("--host-ip", default="127.0.0.1")
     parser.add_argument(
+        "--no-in-cluster",
+        dest="in_cluster",
+        action="store_false",
+        help="no KUBERNETES_SERVICE_* variables nor API server names for the pods",
+    )
+    parser.add_argument(
         "--pid-namespace",
         action="store_true",
         help=f"a PID namespace per container, unless a pod's {PID_NAMESPACE_ANNOTATION} annotation says no",
@@ -2111,6 +2117,7 @@ async def _serve(arguments: argparse.Namespace) -> None:
         env=_pairs(arguments.env, "env"),
         host_ip=arguments.host_ip,
         pid_namespace=arguments.pid_namespace,
+        in_cluster=arguments.in_cluster,
     )
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()

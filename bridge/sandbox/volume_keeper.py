@@ -32,6 +32,7 @@ from bridge.sandbox.pod_volumes import (
     Mount,
     container_mounts,
     memory_dir,
+    pod_memory_dir,
     token_sources,
     volume_files,
     volume_kind,
@@ -58,7 +59,7 @@ class SyncResult:
 
 def remove_memory_dirs(namespace: str) -> None:
     """Remove the Memory emptyDirs of the pod with network namespace ``namespace`` (with it)."""
-    shutil.rmtree(memory_dir(namespace, "x").parent, ignore_errors=True)
+    shutil.rmtree(pod_memory_dir(namespace), ignore_errors=True)
 
 
 class PodVolumes:
