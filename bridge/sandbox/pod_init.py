@@ -6,8 +6,9 @@ standard library only), in the container's private mount namespace (``unshare --
 mount private, so nothing done here reaches the host's mount table). It
 
 1. sets the UTS hostname and binds the pod's hosts file on ``/etc/hosts``;
-2. makes each volume mount of the plan ``MOUNTS`` (a JSON file the runner wrote: source, target,
-   read-only; parents first): a bind of the volume's directory (or file) on ``mountPath``, then a
+2. makes each volume mount of the plan ``MOUNTS`` (a JSON file the runner wrote: ``mounts``, each
+   source, target, read-only, parents first; ``stage``, an empty folder of the pod's own): a bind of
+   the volume's directory (or file) on ``mountPath``, then a
    read-only remount where asked. Every source is opened (``O_PATH``) before anything is mounted and
    bound through ``/proc/self/fd/N``, so a mount over ``/tmp`` cannot hide the sources below it;
 3. execs the command (mode ``exec``: after asking for SIGKILL when the runner dies), or (mode
@@ -27,8 +28,11 @@ stays in its tmpfs (both work one level down, in the bound directories). A tmpfs
 hidden ``P``'s files (all of ``/run``); an overlay would not carry ``P``'s submounts and would keep the
 container's writes in ``P``'s subdirectories from the host. A missing directory is made without a
 mirror only inside a directory this script made or a writable volume (as a container runtime makes
-mount points inside volumes); below a read-only volume, or when the nearest existing directory is
-``/`` itself (a tmpfs cannot be put back over the root), the container fails with a message.
+mount points inside volumes); below a read-only volume the container fails with a message. When
+the nearest existing directory is ``/`` itself (a mountPath ``/certs``), the mirror cannot be stacked
+on the root the process already has: it is made on the plan's ``stage`` and the process chroots into
+it (:func:`mirror_root`), its working directory kept; the tmpfs is unbindable, so that binding
+``/tmp`` back into it does not copy the stage into itself.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ MS_NOEXEC = 8
 MS_REMOUNT = 32
 MS_BIND = 4096
 MS_REC = 16384
+MS_UNBINDABLE = 1 << 17
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
@@ -83,34 +88,54 @@ def within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def mirror(directory: str) -> None:
-    """Mount a tmpfs on ``directory`` holding every entry the host has there (see the module docstring)."""
+def mirror(directory: str, *, onto: str | None = None) -> None:
+    """Mount a tmpfs on ``onto`` (default ``directory`` itself) holding every entry the host has in
+    ``directory`` (see the module docstring). The tmpfs is unbindable, so that binding an entry
+    that holds it (``/`` mirrored onto a folder below ``/tmp``) does not copy it into itself."""
+    place = onto or directory
     original = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         info = os.stat(original)
         names = os.listdir(f"/proc/self/fd/{original}")
         options = f"mode={stat.S_IMODE(info.st_mode):o},uid={info.st_uid},gid={info.st_gid}"
-        mount("tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV, options)
+        mount("tmpfs", place, "tmpfs", MS_NOSUID | MS_NODEV, options)
+        mount(None, place, None, MS_UNBINDABLE)
         for name in names:
-            source = f"/proc/self/fd/{original}/{name}"
-            target = os.path.join(directory, name)
-            entry = os.lstat(source)
-            if stat.S_ISLNK(entry.st_mode):
-                os.symlink(os.readlink(source), target)
-            elif stat.S_ISDIR(entry.st_mode):
-                os.mkdir(target, stat.S_IMODE(entry.st_mode))
-                mount(source, target, None, MS_BIND | MS_REC)
-            else:
-                os.close(os.open(target, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600))
-                mount(source, target, None, MS_BIND)
+            _put_back(f"/proc/self/fd/{original}/{name}", os.path.join(place, name))
     finally:
         os.close(original)
+
+
+def _put_back(source: str, target: str) -> None:
+    """One entry of a mirrored directory: a symlink copied, anything else bound from the original."""
+    entry = os.lstat(source)
+    if stat.S_ISLNK(entry.st_mode):
+        os.symlink(os.readlink(source), target)
+    elif stat.S_ISDIR(entry.st_mode):
+        os.mkdir(target, stat.S_IMODE(entry.st_mode))
+        mount(source, target, None, MS_BIND | MS_REC)
+    else:
+        os.close(os.open(target, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600))
+        mount(source, target, None, MS_BIND)
+
+
+def mirror_root(stage: str) -> None:
+    """Mirror ``/`` itself: a tmpfs cannot be stacked on the root a process already has, so the mirror
+    is made on ``stage`` (a folder of the pod's own) and the process chroots into it, keeping its
+    working directory."""
+    cwd = os.getcwd()
+    mirror("/", onto=stage)
+    os.chroot(stage)
+    os.chdir(cwd if os.path.isdir(cwd) else "/")
 
 
 class Mounter:
     """Makes the mounts of one container, remembering which directories are its own."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, stage: str | None = None) -> None:
+        self.stage = stage
+        """A folder of the pod's own where ``/`` can be mirrored (None: a mount point right below
+        ``/`` that does not exist is refused)."""
         self.own: set[str] = set()
         """Directories made here (in a mirror's tmpfs or a writable volume) and mirror roots."""
         self.volumes: list[tuple[str, bool]] = []
@@ -134,9 +159,12 @@ class Mounter:
         if not missing:
             return existing
         if not self._may_create_in(existing):
-            if existing == "/":
-                raise MountError(f"cannot make {target}: only / of it exists, and / cannot be mirrored")
-            mirror(existing)
+            if existing != "/":
+                mirror(existing)
+            elif self.stage is not None:
+                mirror_root(self.stage)
+            else:
+                raise MountError(f"cannot make {target}: only / of it exists, and no stage to mirror / on")
             self.own.add(existing)
         path = existing
         for index, name in enumerate(missing):
@@ -158,10 +186,10 @@ class Mounter:
         self.volumes.append((path, not read_only))
 
 
-def make_mounts(plan: Sequence[dict[str, object]]) -> None:
+def make_mounts(plan: Sequence[dict[str, object]], *, stage: str | None = None) -> None:
     """Open every source first, then bind each on its target in order (the plan is parents first)."""
     opened = [os.open(str(entry["source"]), os.O_PATH | os.O_CLOEXEC) for entry in plan]
-    mounter = Mounter()
+    mounter = Mounter(stage=stage)
     for entry, source in zip(plan, opened, strict=True):
         try:
             mounter.bind(source, str(entry["target"]), read_only=bool(entry["read_only"]))
@@ -217,7 +245,7 @@ def main(arguments: Sequence[str]) -> None:
         with open(plan_file) as handle:
             plan = json.load(handle)
         try:
-            make_mounts(plan)
+            make_mounts(plan["mounts"], stage=plan.get("stage"))
         except (MountError, OSError) as error:
             print(f"process runner: {error}", file=sys.stderr)
             sys.exit(1)

@@ -171,5 +171,7 @@ class PodVolumes:
         if not mounts:
             return None
         path = self.plans / f"{container['name']}.json"
-        path.write_text(json.dumps([asdict(mount) for mount in mounts]))
+        stage = self.plans / f"{container['name']}.root"
+        stage.mkdir(exist_ok=True)
+        path.write_text(json.dumps({"mounts": [asdict(mount) for mount in mounts], "stage": str(stage)}))
         return path

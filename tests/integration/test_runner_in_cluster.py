@@ -469,3 +469,42 @@ async def test_a_runner_pod_reaches_slurmrestd_by_the_hosts_name(
     log = container_log(runner, done)
     assert done["status"]["phase"] == "Succeeded", log
     assert "status 200 True" in log
+
+
+# -- emptyDir volumes ----------------------------------------------------------------------------------
+
+SHARED_PROGRAM = """
+import os, pathlib, time
+pathlib.Path("/dev/shm/from-pod").write_text("in memory")
+pathlib.Path("/scratch/a/file").parent.mkdir(parents=True)
+pathlib.Path("/scratch/a/file").write_text("on disk")
+time.sleep(600)
+"""
+
+
+async def test_empty_dirs_are_the_pods_own_and_go_with_it(api: Api, runner: ProcessRunner) -> None:
+    volumes = [{"name": "shm", "emptyDir": {"medium": "Memory"}}, {"name": "scratch", "emptyDir": {}}]
+    mounts = [{"name": "shm", "mountPath": "/dev/shm"}, {"name": "scratch", "mountPath": "/scratch"}]
+    await api.create(
+        "pods",
+        pod("shared", runner, python(SHARED_PROGRAM), volumes=volumes, container={"volumeMounts": mounts}),
+    )
+    running = await api.pod_phase("shared", {"Running", "Failed"})
+    assert running["status"]["phase"] == "Running", container_log(runner, running)
+    namespace = runner.namespace_of(running["metadata"]["uid"])
+    assert namespace is not None
+    shm = Path("/dev/shm") / f"kb-pod-{namespace.name.removeprefix('kb-')}" / "shm"
+    written = shm / "from-pod"
+    await wait_for(lambda: asyncio.to_thread(written.exists), bool, what=str(written))
+    assert (shm / "from-pod").read_text() == "in memory"
+    assert not Path("/dev/shm/from-pod").exists(), "the host's /dev/shm is not the pod's"
+    scratch = runner.workdir / "pods" / running["metadata"]["uid"] / "volumes" / "scratch"
+    await wait_for(lambda: asyncio.to_thread((scratch / "a" / "file").exists), bool, what="the file on disk")
+    assert not Path("/scratch").exists()
+    # /scratch needed a mirror of / itself: the pod is chrooted into it, and sees all of the host's /.
+    assert set(os.listdir(f"/proc/{pid_of(running)}/root")) == {*os.listdir("/"), "scratch"}
+    await asyncio.to_thread(api.stack.client.delete, api.path("pods", "shared"))
+    await wait_for(lambda: api.get("pods", "shared"), lambda item: item is None, what="the pod gone")
+    await wait_for(
+        lambda: asyncio.to_thread(shm.parent.exists), lambda there: not there, what=f"{shm.parent} gone"
+    )

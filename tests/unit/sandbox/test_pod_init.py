@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -64,7 +65,14 @@ def test_no_mount_point_is_made_inside_a_read_only_volume(tmp_path: Path, mirror
         mounter.prepare(f"{tmp_path}/new", directory=True)
 
 
-def test_root_is_never_mirrored(mirrored: list[str]) -> None:
-    with pytest.raises(MountError, match="cannot be mirrored"):
+def test_root_is_mirrored_only_onto_a_stage(mirrored: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(MountError, match="no stage"):
         Mounter().prepare("/k8s-bridge-test-absent/certs", directory=True)
     assert mirrored == []
+    staged: list[str] = []
+    monkeypatch.setattr(pod_init, "mirror_root", staged.append)
+    made: list[str] = []
+    monkeypatch.setattr(os, "mkdir", lambda path, mode: made.append(path))
+    Mounter(stage="/w/pods/u/mounts/main.root").prepare("/k8s-bridge-test-absent/certs", directory=True)
+    assert staged == ["/w/pods/u/mounts/main.root"]
+    assert made == ["/k8s-bridge-test-absent", "/k8s-bridge-test-absent/certs"]
