@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -377,3 +378,25 @@ async def test_a_failed_token_request_keeps_the_old_token_and_waits_before_tryin
     fake.now = due + timedelta(seconds=volume_keeper.TOKEN_RETRY)
     await volumes.sync(now=fake.now)
     assert len(fake.issued) == 2
+
+
+def test_a_containers_mount_plan_names_its_mounts_and_a_stage_of_its_own(tmp_path: Path) -> None:
+    pod = make_pod([KUBE_API_ACCESS], [{"name": KUBE_API_ACCESS["name"], "mountPath": SA_PATH}])
+    volumes = PodVolumes(
+        pod=pod,
+        pod_dir=tmp_path,
+        namespace="kb-0123456789",
+        client=None,  # type: ignore[arg-type]  # no request is made
+        secrets_of=lambda ns, name: None,
+        config_maps_of=lambda ns, name: None,
+    )
+    volumes.create()
+    plan = volumes.plan(pod["spec"]["containers"][0])
+    assert plan is not None
+    written = json.loads(plan.read_text())
+    assert written["mounts"] == [
+        {"source": str(tmp_path / "volumes" / KUBE_API_ACCESS["name"]), "target": SA_PATH, "read_only": True}
+    ]
+    assert Path(written["stage"]).is_dir()
+    assert written["stage"].startswith(str(tmp_path))
+    assert volumes.plan({"name": "bare", "command": ["true"]}) is None
