@@ -149,7 +149,7 @@ from bridge.sandbox.netns import (
     namespace_token,
     remove_namespace,
 )
-from bridge.sandbox.pod_volumes import UnsupportedVolumeError, check_volumes
+from bridge.sandbox.pod_volumes import UnsupportedVolumeError, check_volumes, referenced_objects
 from bridge.sandbox.processes import ManagedProcess, ProcessGroup, StackError
 from bridge.sandbox.volume_keeper import PodVolumes, remove_memory_dirs
 
@@ -1025,19 +1025,20 @@ class _SliceEvents:
 class _SourceEvents:
     """Tells the runner that a Secret or ConfigMap changed (an :class:`~bridge.runtime.EventHandler`)."""
 
-    def __init__(self, runner: ProcessRunner) -> None:
+    def __init__(self, runner: ProcessRunner, kind: str) -> None:
         self._runner = runner
+        self._kind = kind
 
     def on_add(self, obj: Object, *, is_initial_list: bool) -> None:
         if not is_initial_list:
-            self._runner.sources_changed()
+            self._runner.sources_changed(self._kind, obj)
 
     def on_update(self, old: Object, new: Object) -> None:
         if (old.get("data"), old.get("binaryData")) != (new.get("data"), new.get("binaryData")):
-            self._runner.sources_changed()
+            self._runner.sources_changed(self._kind, new)
 
     def on_delete(self, obj: Object) -> None:
-        self._runner.sources_changed()
+        self._runner.sources_changed(self._kind, obj)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1590,6 +1591,7 @@ class ProcessRunner:
         self._secrets: Informer | None = None
         self._config_maps: Informer | None = None
         self._sources_refresh: asyncio.Handle | None = None
+        self._changed_sources: set[tuple[str, str, str]] = set()
         self._hosts_refresh: asyncio.Handle | None = None
         self.max_restarts = max_restarts
         self.restart_backoff = restart_backoff
@@ -1914,7 +1916,7 @@ class ProcessRunner:
             ),
             registry=None,
         )
-        informer.add_handler(_SourceEvents(self))
+        informer.add_handler(_SourceEvents(self, resource.kind))
         return informer
 
     async def sources_synced(self) -> None:
@@ -1940,15 +1942,18 @@ class ProcessRunner:
             config_maps_of=self._lookup(self._config_maps),
         )
 
-    def sources_changed(self) -> None:
-        """Wake the running pods soon (once for a burst of events) to bring their volumes up to date."""
+    def sources_changed(self, kind: str, obj: Object) -> None:
+        """Wake the pods whose volumes read ``obj`` (a Secret or ConfigMap) soon, once for a burst."""
+        meta = obj.get("metadata") or {}
+        self._changed_sources.add((kind, str(meta.get("namespace")), str(meta.get("name"))))
         if self._sources_refresh is None:
             self._sources_refresh = asyncio.get_running_loop().call_later(0.1, self._wake_volumes)
 
     def _wake_volumes(self) -> None:
         self._sources_refresh = None
+        changed, self._changed_sources = self._changed_sources, set()
         for worker in list(self._workers.values()):
-            if worker.volumes is not None:
+            if worker.volumes is not None and referenced_objects(worker.pod) & changed:
                 worker.wake()
 
     # -- nodes ---------------------------------------------------------------------------------------
