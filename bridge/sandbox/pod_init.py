@@ -2,15 +2,17 @@
 
 Why a script of its own: it runs between ``unshare`` and the container's command as
 ``python -I -S pod_init.py MODE HOSTNAME HOSTS MOUNTS ARGV...`` (no site, no project import: the
-standard library only), in the container's private mount namespace (``unshare --mount`` makes every
-mount private, so nothing done here reaches the host's mount table). It
+standard library only), in the container's private mount namespace (``unshare --mount
+--propagation=private``: nothing done here reaches the host's mount table). It replaces an inline
+``python -c`` string, which grew past what can be read, typed and tested. It
 
 1. sets the UTS hostname and binds the pod's hosts file on ``/etc/hosts``;
 2. makes each volume mount of the plan ``MOUNTS`` (a JSON file the runner wrote: ``mounts``, each
    source, target, read-only, parents first; ``stage``, an empty folder of the pod's own): a bind of
-   the volume's directory (or file) on ``mountPath``, then a
-   read-only remount where asked. Every source is opened (``O_PATH``) before anything is mounted and
-   bound through ``/proc/self/fd/N``, so a mount over ``/tmp`` cannot hide the sources below it;
+   the volume's directory (or file) on ``mountPath``, then a read-only remount where asked. Every
+   source is opened (``O_PATH``) before anything is mounted and bound through ``/proc/self/fd/N``,
+   so a mount over ``/tmp`` cannot hide the sources below it. A failed mount ends the container
+   with exit code 1 and the reason on its standard error;
 3. execs the command (mode ``exec``: after asking for SIGKILL when the runner dies), or (mode
    ``init``) runs it as the child of this process, pid 1 of the container's PID namespace, forwarding
    signals and reaping orphans.
