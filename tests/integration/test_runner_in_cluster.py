@@ -4,8 +4,10 @@ On the session's stack (its API server bound to every address, with aggregator r
 command uses ``bridge.runtime``'s Session with in-cluster configuration authenticates as its own
 ServiceAccount through the token the runner requested (it may list pods, it may not list Secrets);
 a Secret volume's file appears at its mountPath (below a directory the host does not have, which
-stays absent on the host) and changes when the Secret does; a mutating webhook served by a runner
-pod behind a Service is called by the API server; a runner pod reaches slurmrestd by the host's name.
+stays absent on the host) and changes when the Secret does, and a pod whose Secret is missing waits
+Pending until it appears; a mutating webhook served by a runner pod behind a Service is called by the
+API server; a runner pod reaches slurmrestd by the host's name; emptyDirs are the pod's own (Memory
+ones in /dev/shm) and go with it, one right below / included.
 """
 
 from __future__ import annotations
@@ -508,3 +510,25 @@ async def test_empty_dirs_are_the_pods_own_and_go_with_it(api: Api, runner: Proc
     await wait_for(
         lambda: asyncio.to_thread(shm.parent.exists), lambda there: not there, what=f"{shm.parent} gone"
     )
+
+
+async def test_a_pod_waits_pending_for_its_secret_then_starts(api: Api, runner: ProcessRunner) -> None:
+    volume = {"name": "late", "secret": {"secretName": "late"}}
+    mount = {"name": "late", "mountPath": "/etc/k8s-bridge-test-late"}
+    argv = python(
+        "import pathlib, sys; sys.exit(pathlib.Path('/etc/k8s-bridge-test-late/key').read_text() != 'v')"
+    )
+    await api.create(
+        "pods", pod("waiting", runner, argv, volumes=[volume], container={"volumeMounts": [mount]})
+    )
+    waiting = await wait_for(
+        lambda: api.get("pods", "waiting"),
+        lambda item: item is not None and item.get("status", {}).get("containerStatuses"),
+        what="the pod's first status",
+    )
+    assert waiting["status"]["phase"] == "Pending"
+    (state,) = waiting["status"]["containerStatuses"]
+    assert state["state"] == {"waiting": {"reason": "ContainerCreating"}}
+    await api.create("secrets", {"metadata": {"name": "late"}, "data": {"key": _b64("v")}})
+    done = await api.pod_phase("waiting", {"Succeeded", "Failed"})
+    assert done["status"]["phase"] == "Succeeded", container_log(runner, done)
