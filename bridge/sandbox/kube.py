@@ -368,8 +368,10 @@ class ControlPlane:
         extra_apiserver_args: Sequence[str] = (),
         start_timeout: float = 120.0,
         keep_workdir: bool = False,
+        bind_address: str = "0.0.0.0",  # noqa: S104 - pods reach it at their gateway; see docs/development.md
     ) -> None:
         self.paths = paths or stack_paths()
+        self.bind_address = bind_address
         self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="k8s-bridge-kube-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -574,11 +576,13 @@ class ControlPlane:
 
     def _start_apiserver(self, binary: Path) -> None:
         certs = self.certificates
-        self.apiserver_port = free_port()
+        self.apiserver_port = free_port(self.bind_address)
         self._apiserver_argv = [
             str(binary),
             f"--etcd-servers={self.etcd_url}",
-            "--bind-address=127.0.0.1",
+            # Every address, so that runner pods reach it at their gateway (bridge.sandbox.in_cluster);
+            # clients on the host keep using 127.0.0.1. etcd stays on loopback.
+            f"--bind-address={self.bind_address}",
             "--advertise-address=127.0.0.1",
             f"--secure-port={self.apiserver_port}",
             f"--cert-dir={self.workdir / 'apiserver'}",
@@ -602,6 +606,10 @@ class ControlPlane:
             "--allow-privileged=true",
             # The advertise address is loopback, which Endpoints may not hold: do not publish it.
             "--endpoint-reconciler-type=none",
+            # No kube-proxy: admission (and conversion) webhooks behind a Service are called at the
+            # Service's ready endpoint (pod IP and target port, from its EndpointSlices), which the
+            # host reaches, instead of its ClusterIP, which leads nowhere.
+            "--enable-aggregator-routing=true",
             f"--watch-cache={'true' if self.watch_cache else 'false'}",
             *self.extra_apiserver_args,
         ]

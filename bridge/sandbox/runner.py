@@ -30,6 +30,24 @@ scheduler binds to one of its nodes it
   puts unix sockets there), removed with the pod's network namespace: a container's ``/tmp`` is its
   own, and two Ray nodes on one host sharing ``/tmp/ray`` share a session directory, where a driver
   on one node reads the other's cached node IP and attaches to the wrong raylet;
+- gives each pod in-cluster configuration, as kubelet and cluster DNS do for a Deployment's pod
+  (:mod:`bridge.sandbox.in_cluster`): ``KUBERNETES_SERVICE_HOST=kubernetes.default.svc`` and
+  ``KUBERNETES_SERVICE_PORT`` (the API server's own port) in every container's environment, and in
+  its hosts file ``kubernetes.default.svc[.cluster.local]``, ``kubernetes.default`` (``kubernetes`` in
+  ``default``) and :data:`~bridge.sandbox.in_cluster.HOST_ALIAS` mapped to the pod's gateway, the
+  host's end of its veth pair, where the stack's kube-apiserver (bound to every address) answers
+  with a certificate for those names;
+- gives each pod its volumes (:mod:`bridge.sandbox.pod_volumes`): ``secret``, ``configMap``,
+  ``downwardAPI``, ``projected`` and ``emptyDir``, under ``<pod dir>/volumes`` (``0700``), each
+  container mounting them at their ``mountPath`` in its own mount namespace
+  (:mod:`bridge.sandbox.pod_init`; a missing mountPath is made without a trace on the host). The
+  ServiceAccount admission plugin's ``kube-api-access-*`` volume so gets the pod's token, requested
+  through the TokenRequest API bound to the pod and refreshed before 80% of its lifetime
+  (:mod:`bridge.sandbox.service_account`), the stack's CA (the ``kube-root-ca.crt`` ConfigMap) and
+  the namespace, at ``/var/run/secrets/kubernetes.io/serviceaccount``. Secret and ConfigMap changes
+  reach the files through kubelet's atomic ``..data`` swap (:mod:`bridge.sandbox.volume_keeper`,
+  fed by one informer for each kind); a pod whose non-optional Secret or ConfigMap is missing waits
+  Pending until it appears;
 - on request (:data:`PID_NAMESPACE_ANNOTATION` on the pod, or the runner's ``pid_namespace``), runs
   each container in a PID namespace of its own with its own ``/proc``, the runner's small init as
   pid 1 (as in Kubernetes, where a container sees only its own processes: a Ray driver picks "its"
@@ -45,11 +63,15 @@ Its nodes carry ``k8s-bridge.io/runner=true`` and no kwok annotation, so kwok le
 pods) alone; it keeps them Ready with a node Lease in ``kube-node-lease`` renewed like kubelet's.
 
 What it does not do, on purpose: the container image is ignored (commands run from the host
-filesystem, with the host's PATH); volumes, resource limits, probes and security contexts are
-ignored (a pod is Ready as soon as its processes run: readiness probes are not run); ``envFrom``,
-``configMapKeyRef``/``secretKeyRef``/``resourceFieldRef`` env, sidecar init containers and
-containers without ``command`` are refused: such a pod is marked Failed with a message saying why,
-never half-run.
+filesystem, with the host's PATH, as root); resource limits, probes and security contexts are
+ignored (a pod is Ready as soon as its processes run: readiness probes are not run; a read-only
+root filesystem is not made read-only); ``envFrom``, ``configMapKeyRef``/``secretKeyRef``/
+``resourceFieldRef`` env, sidecar init containers, containers without ``command``, and volume kinds
+other than the five above (hostPath, persistentVolumeClaim, ...), ``subPathExpr`` and downward API
+``resourceFieldRef`` are refused: such a pod is marked Failed with a message saying why, never
+half-run. A ``subPath`` mount of a Secret or ConfigMap is not updated (as with kubelet); an emptyDir's
+``sizeLimit`` is not enforced; a failed mount fails the container (exit 1, the reason on its
+standard error), which its restart policy then handles.
 
 Level-based: everything is derived from the pods on its nodes, read through ``bridge.runtime``'s
 client and informers (one per node, field selector ``spec.nodeName``). A runner that starts and finds
@@ -92,7 +114,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -117,6 +139,7 @@ from bridge.runtime import (
     configure_logging,
 )
 from bridge.sandbox import owners
+from bridge.sandbox.in_cluster import ApiServerAddress, api_server_address, api_server_hosts, in_cluster_env
 from bridge.sandbox.netns import (
     NETNS_DIR,
     NamespaceBusyError,
@@ -126,7 +149,9 @@ from bridge.sandbox.netns import (
     namespace_token,
     remove_namespace,
 )
+from bridge.sandbox.pod_volumes import UnsupportedVolumeError, check_volumes, referenced_objects
 from bridge.sandbox.processes import ManagedProcess, ProcessGroup, StackError
+from bridge.sandbox.volume_keeper import PodVolumes, remove_memory_dirs
 
 __all__ = [
     "CLUSTER_DNS_ENV",
@@ -342,6 +367,7 @@ def reclaim(workdir: Path) -> dict[str, list[int]]:
     for name in sorted(pod_namespaces(workdir)):
         if not (NETNS_DIR / name).exists():
             shutil.rmtree(pod_tmp_dir(name), ignore_errors=True)
+            remove_memory_dirs(name)
             continue
         try:
             removed[name] = killed = remove_namespace(name)
@@ -349,6 +375,7 @@ def reclaim(workdir: Path) -> dict[str, list[int]]:
             log.error("process runner: %s", error)
             continue
         shutil.rmtree(pod_tmp_dir(name), ignore_errors=True)
+        remove_memory_dirs(name)
         log.warning(
             "process runner: removed namespace %s left by an earlier runner; killed %d processes in it",
             name,
@@ -480,6 +507,10 @@ def check_runnable(pod: Pod, *, base_env: Mapping[str, str]) -> None:
         container_command(
             pod=pod, container=container, pod_ip="192.0.2.1", host_ip="192.0.2.1", base_env=base_env
         )
+    try:
+        check_volumes(pod)
+    except UnsupportedVolumeError as refusal:
+        raise UnrunnableError(str(refusal)) from None
 
 
 def pod_hostname(pod: Pod, *, cluster_domain: str = "cluster.local") -> tuple[str, str | None]:
@@ -877,52 +908,9 @@ def lease_manifest(*, node: str, node_uid: str, duration: int, renew_time: str) 
     }
 
 
-# Runs between nsenter/unshare and the container's command (``python -I -S -c`` with argv: mode,
-# hostname, hosts file, command...): set the UTS hostname, bind the pod's hosts file on /etc/hosts in
-# the private mount namespace, then
-# - mode "exec": ask for SIGKILL when the runner dies and exec the command (same pid throughout);
-# - mode "init": be pid 1 of the pod's PID namespace, as a container runtime's init is: run the command
-#   as its child (in a process group of its own, so that it gets each signal once), forward SIGTERM
-#   and the like to it, reap every orphan, and exit with the command's status (128 + N for death by
-#   signal N). When pid 1 exits, the kernel kills whatever is left in the namespace.
-_POD_INIT = """\
-import ctypes, os, signal, socket, sys
-mode, hostname, hosts, argv = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
-libc = ctypes.CDLL(None, use_errno=True)
-socket.sethostname(hostname)
-if libc.mount(hosts.encode(), b"/etc/hosts", None, 4096, None) != 0:  # MS_BIND
-    print("process runner: /etc/hosts:", os.strerror(ctypes.get_errno()), file=sys.stderr)
-def run():
-    try:
-        os.execvp(argv[0], argv)
-    except OSError as error:
-        print(f"process runner: cannot run {argv[0]!r}: {error}", file=sys.stderr)
-        os._exit(127)
-if mode == "exec":
-    libc.prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
-    run()
-child = 0
-def forward(signum, frame):
-    if child > 0:
-        try:
-            os.kill(child, signum)
-        except ProcessLookupError:
-            pass
-for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
-    signal.signal(signum, forward)
-child = os.fork()
-if child == 0:
-    os.setpgid(0, 0)
-    run()
-while True:
-    try:
-        pid, status = os.wait()
-    except ChildProcessError:
-        sys.exit(0)
-    if pid == child:
-        code = os.waitstatus_to_exitcode(status)
-        sys.exit(128 - code if code < 0 else code)
-"""
+POD_INIT = Path(__file__).with_name("pod_init.py")
+"""Runs between nsenter/unshare and the container's command (:mod:`bridge.sandbox.pod_init`): the
+hostname, ``/etc/hosts``, the volume mounts, then the command."""
 
 
 def pod_argv(
@@ -932,22 +920,27 @@ def pod_argv(
     hosts: Path,
     argv: Sequence[str],
     pid_namespace: bool = False,
+    mounts: Path | None = None,
 ) -> list[str]:
     """The full argv that runs a container's ``argv`` in the pod's network, UTS and mount namespaces
     (and, with ``pid_namespace``, a PID namespace of its own with its own ``/proc``, whose init is the
     runner's: ``setpriv --pdeathsig`` makes ``unshare`` die with the runner, ``--kill-child`` then
-    kills that init, and with it the namespace)."""
+    kills that init, and with it the namespace). ``mounts`` is the container's mount plan
+    (:meth:`bridge.sandbox.volume_keeper.PodVolumes.plan`), if it mounts volumes."""
+    init = [sys.executable, "-I", "-S", str(POD_INIT)]
+    tail = [hostname, str(hosts), str(mounts or ""), *argv]
     if not pid_namespace:
         return [
             *namespace.enter(),
-            "unshare", "--uts", "--mount", "--",
-            sys.executable, "-I", "-S", "-c", _POD_INIT, "exec", hostname, str(hosts), *argv,
+            "unshare", "--uts", "--mount", "--propagation=private", "--",
+            *init, "exec", *tail,
         ]  # fmt: skip
     return [
         *namespace.enter(),
         "setpriv", "--pdeathsig=KILL", "--",
-        "unshare", "--uts", "--mount", "--pid", "--fork", "--mount-proc", "--kill-child=SIGKILL", "--",
-        sys.executable, "-I", "-S", "-c", _POD_INIT, "init", hostname, str(hosts), *argv,
+        "unshare", "--uts", "--mount", "--propagation=private",
+        "--pid", "--fork", "--mount-proc", "--kill-child=SIGKILL", "--",
+        *init, "init", *tail,
     ]  # fmt: skip
 
 
@@ -979,6 +972,8 @@ _LEASES = Resource(group="coordination.k8s.io", version="v1", plural="leases", k
 _ENDPOINT_SLICES = Resource(
     group="discovery.k8s.io", version="v1", plural="endpointslices", kind="EndpointSlice", namespaced=True
 )
+_SECRETS = Resource(group="", version="v1", plural="secrets", kind="Secret", namespaced=True)
+_CONFIG_MAPS = Resource(group="", version="v1", plural="configmaps", kind="ConfigMap", namespaced=True)
 
 _TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError)
 """Failures to reach the API server at all (as opposed to an answer with an error status)."""
@@ -987,7 +982,7 @@ _TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError)
 def _client(session: Session) -> Client:
     """A client that knows the runner's kinds in advance: no discovery request is ever needed."""
     discovery = Discovery(session)
-    for resource in (_PODS, _NODES, _LEASES, _ENDPOINT_SLICES):
+    for resource in (_PODS, _NODES, _LEASES, _ENDPOINT_SLICES, _SECRETS, _CONFIG_MAPS):
         discovery.register(resource)
     return Client(session, discovery=discovery)
 
@@ -1025,6 +1020,25 @@ class _SliceEvents:
 
     def on_delete(self, obj: Object) -> None:
         self._runner.services_changed()
+
+
+class _SourceEvents:
+    """Tells the runner that a Secret or ConfigMap changed (an :class:`~bridge.runtime.EventHandler`)."""
+
+    def __init__(self, runner: ProcessRunner, kind: str) -> None:
+        self._runner = runner
+        self._kind = kind
+
+    def on_add(self, obj: Object, *, is_initial_list: bool) -> None:
+        if not is_initial_list:
+            self._runner.sources_changed(self._kind, obj)
+
+    def on_update(self, old: Object, new: Object) -> None:
+        if (old.get("data"), old.get("binaryData")) != (new.get("data"), new.get("binaryData")):
+            self._runner.sources_changed(self._kind, new)
+
+    def on_delete(self, obj: Object) -> None:
+        self._runner.sources_changed(self._kind, obj)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1078,16 +1092,27 @@ class _PodWorker:
         self._pidfds: list[int] = []
         self.hosts_path: Path | None = None
         """The pod's hosts file once written (bound on /etc/hosts in each of its containers)."""
+        self.volumes: PodVolumes | None = None
+        self._volume_timer: asyncio.TimerHandle | None = None
 
     def hosts(self) -> str:
         """The pod's hosts file as it should read now (its names, its aliases, the Services)."""
         assert self._pod_ip is not None
+        namespace = self.pod["metadata"].get("namespace", "")
+        gateway = self.namespace.gateway if self.namespace is not None else None
         return hosts_file(
             self.pod,
             pod_ip=self._pod_ip,
             cluster_domain=self._runner.cluster_domain,
-            services=self._runner.service_hosts(self.pod["metadata"].get("namespace", "")),
+            services=[
+                *self._runner.api_server_hosts(gateway=gateway, namespace=namespace),
+                *self._runner.service_hosts(namespace),
+            ],
         )
+
+    def wake(self) -> None:
+        """Something the pod depends on changed (a Secret or ConfigMap): look again."""
+        self._wake.set()
 
     # -- notifications -------------------------------------------------------------------------------
 
@@ -1140,6 +1165,9 @@ class _PodWorker:
         for timer in self._timers:
             timer.cancel()
         self._timers.clear()
+        if self._volume_timer is not None:
+            self._volume_timer.cancel()
+            self._volume_timer = None
         for pidfd in list(self._pidfds):
             loop.remove_reader(pidfd)
             self._close_pidfd(pidfd)
@@ -1221,10 +1249,13 @@ class _PodWorker:
         self.hosts_path = pod_dir / "hosts"
         self.hosts_path.write_text(self.hosts())
         log.info("process runner: pod %s at %s (%s)", self._key, self.namespace.address, self.namespace.name)
+        self.volumes = runner.pod_volumes(self.pod, pod_dir=pod_dir, namespace=self.namespace.name)
+        await self._fill_volumes()
         while True:
             if self.deleting:
                 await self._terminate()
                 return
+            await self._sync_volumes()
             self._advance(hostname=hostname, pod_dir=pod_dir)
             phase = self._phase()
             written = await self._write_status(phase)
@@ -1234,6 +1265,38 @@ class _PodWorker:
                     log.info("process runner: pod %s %s", self._key, phase)
                     return
             await self._next()
+
+    async def _fill_volumes(self) -> None:
+        """Fill every volume before the first container starts; while a Secret, ConfigMap or token is
+        missing the pod stays Pending (ContainerCreating), as kubelet keeps it, until it is deleted."""
+        assert self.volumes is not None
+        await self._runner.sources_synced()
+        self.volumes.create()
+        reported = None
+        while not self.deleting:
+            missing = await self._sync_volumes()
+            if missing is None:
+                return
+            if missing != reported:
+                log.warning("process runner: pod %s waits for its volumes: %s", self._key, missing)
+                reported = missing
+            await self._write_status("Pending")
+            self._wake_later(1.0)
+            await self._next()
+
+    async def _sync_volumes(self) -> str | None:
+        """Bring the volumes up to date (Secrets, ConfigMaps, tokens due); what is still missing.
+        The next token refresh wakes the worker (one timer, replaced at each sync)."""
+        if self.volumes is None:
+            return None
+        self.volumes.pod = self.pod
+        result = await self.volumes.sync()
+        if self._volume_timer is not None:
+            self._volume_timer.cancel()
+            self._volume_timer = None
+        if result.again_in is not None:
+            self._volume_timer = asyncio.get_running_loop().call_later(result.again_in, self._wake.set)
+        return result.missing
 
     def _advance(self, *, hostname: str, pod_dir: Path) -> None:
         """Reap exited processes and start the containers due now: init ones in order, then the rest."""
@@ -1285,6 +1348,7 @@ class _PodWorker:
                     hosts=pod_dir / "hosts",
                     argv=argv,
                     pid_namespace=wants_pid_namespace(self.pod, default=runner.pid_namespace),
+                    mounts=self.volumes.plan(container.spec) if self.volumes is not None else None,
                 ),
                 env=env,
                 cwd=working_dir,
@@ -1471,7 +1535,9 @@ class ProcessRunner:
     otherwise holds only PATH (the runner's, after the folder of its Python), HOME (the container's
     own), HOSTNAME and the container's own ``env``); ``cluster_dns`` (on by default) keeps the
     Services' names in the pods' hosts files under ``cluster_domain`` and puts
-    :data:`CLUSTER_DNS_ENV` in their environment; ``pid_namespace`` gives each container of a pod
+    :data:`CLUSTER_DNS_ENV` in their environment; ``in_cluster`` (on by default) gives every pod the
+    ``KUBERNETES_SERVICE_*`` variables and the API server's names in its hosts file, when the runner's
+    own API server is on loopback or an IPv4 address; ``pid_namespace`` gives each container of a pod
     without :data:`PID_NAMESPACE_ANNOTATION` a PID namespace of its own; ``max_restarts`` and
     ``restart_backoff`` (doubling, capped at 30 s) bound local restarts; ``max_grace`` caps a deleted
     pod's termination grace period; ``lease_duration`` / ``heartbeat_interval`` as kubelet's node lease.
@@ -1498,6 +1564,7 @@ class ProcessRunner:
         cluster_dns: bool = True,
         cluster_domain: str = "cluster.local",
         pid_namespace: bool = False,
+        in_cluster: bool = True,
     ) -> None:
         if not node_names:
             raise ValueError("a process runner needs at least one node name")
@@ -1518,6 +1585,13 @@ class ProcessRunner:
         self.pid_namespace = pid_namespace
         self._slices: Informer | None = None
         self._slices_waited = False
+        self.in_cluster = in_cluster
+        self.api_server: ApiServerAddress | None = None
+        """Where pods reach the API server (from the runner's own server URL), once started."""
+        self._secrets: Informer | None = None
+        self._config_maps: Informer | None = None
+        self._sources_refresh: asyncio.Handle | None = None
+        self._changed_sources: set[tuple[str, str, str]] = set()
         self._hosts_refresh: asyncio.Handle | None = None
         self.max_restarts = max_restarts
         self.restart_backoff = restart_backoff
@@ -1558,6 +1632,12 @@ class ProcessRunner:
             self._client = _client(self._session)
             if self.cluster_dns:
                 self._slices = self._slice_informer()
+            self._secrets = self._source_informer(_SECRETS)
+            self._config_maps = self._source_informer(_CONFIG_MAPS)
+            if self.in_cluster:
+                self.api_server = api_server_address(self._session.base_url)
+            if self.api_server is not None:
+                self.base_env = {**in_cluster_env(self.api_server.port), **self.base_env}
             for name in self.node_names:
                 await self._register(name)
                 await self._renew_lease(name)
@@ -1586,10 +1666,11 @@ class ProcessRunner:
     async def _close(self) -> None:
         """Close the API session and give the workdir and nodes up (the locks go with the process anyway)."""
         session, self._session, self._client = self._session, None, None
-        self._slices = None
-        if self._hosts_refresh is not None:
-            self._hosts_refresh.cancel()
-            self._hosts_refresh = None
+        self._slices = self._secrets = self._config_maps = None
+        for handle in (self._hosts_refresh, self._sources_refresh):
+            if handle is not None:
+                handle.cancel()
+        self._hosts_refresh = self._sources_refresh = None
         try:
             if session is not None:
                 await session.close()
@@ -1627,6 +1708,9 @@ class ProcessRunner:
             tasks.create_task(self._heartbeat(), name="process-runner-heartbeat")
             if self._slices is not None:
                 tasks.create_task(self._slices.run(), name="process-runner-endpointslices")
+            for informer in (self._secrets, self._config_maps):
+                if informer is not None:
+                    tasks.create_task(informer.run(), name=f"process-runner-{informer.resource.plural}")
             for name in self.node_names:
                 informer = self._pod_informer(name)
                 tasks.create_task(informer.run(), name=f"process-runner-pods-{name}")
@@ -1695,6 +1779,7 @@ class ProcessRunner:
             if killed:
                 log.info("process runner: killed %d leftover processes in %s", len(killed), namespace.name)
             shutil.rmtree(pod_tmp_dir(namespace.name), ignore_errors=True)
+            remove_memory_dirs(namespace.name)
             self._namespaces.pop(namespace.name, None)
 
         future: asyncio.Future[None] = asyncio.ensure_future(asyncio.to_thread(delete))
@@ -1808,6 +1893,68 @@ class ProcessRunner:
             except FileNotFoundError:  # the pod is finishing: its directory is going
                 continue
             log.info("process runner: hosts file of pod %s updated (Services changed)", worker.uid)
+
+    def api_server_hosts(self, *, gateway: str | None, namespace: str) -> list[tuple[str, list[str]]]:
+        """The API server's names (and the host's) for a pod with this gateway, in ``namespace``."""
+        if self.api_server is None or gateway is None:
+            return []
+        return api_server_hosts(
+            address=self.api_server, gateway=gateway, namespace=namespace, cluster_domain=self.cluster_domain
+        )
+
+    # -- the volumes' sources ------------------------------------------------------------------------
+
+    def _source_informer(self, resource: Resource) -> Informer:
+        """List then watch every Secret or ConfigMap (all namespaces): what pod volumes are made of."""
+        informer = Informer(
+            self.client,
+            resource,
+            resync_period=None,
+            settings=ReflectorSettings(
+                watch_timeout=(self.watch_timeout, self.watch_timeout),
+                backoff=BackoffSettings(initial=0.5, maximum=10.0),
+            ),
+            registry=None,
+        )
+        informer.add_handler(_SourceEvents(self, resource.kind))
+        return informer
+
+    async def sources_synced(self) -> None:
+        """Wait (bounded, as :meth:`services_synced`) for the first list of Secrets and ConfigMaps."""
+        for informer in (self._secrets, self._config_maps):
+            if informer is not None and not await informer.wait_for_sync(SERVICES_SYNC_TIMEOUT):
+                log.warning("process runner: %s not listed yet; pods wait for them", informer.resource.plural)
+
+    def _lookup(self, informer: Informer | None) -> Callable[[str, str], Mapping[str, Any] | None]:
+        def find(namespace: str, name: str) -> Mapping[str, Any] | None:
+            return informer.store.get(f"{namespace}/{name}") if informer is not None else None
+
+        return find
+
+    def pod_volumes(self, pod: Pod, *, pod_dir: Path, namespace: str) -> PodVolumes:
+        """The keeper of one pod's volumes (:class:`~bridge.sandbox.volume_keeper.PodVolumes`)."""
+        return PodVolumes(
+            pod=pod,
+            pod_dir=pod_dir,
+            namespace=namespace,
+            client=self.client,
+            secrets_of=self._lookup(self._secrets),
+            config_maps_of=self._lookup(self._config_maps),
+        )
+
+    def sources_changed(self, kind: str, obj: Object) -> None:
+        """Wake the pods whose volumes read ``obj`` (a Secret or ConfigMap) soon, once for a burst."""
+        meta = obj.get("metadata") or {}
+        self._changed_sources.add((kind, str(meta.get("namespace")), str(meta.get("name"))))
+        if self._sources_refresh is None:
+            self._sources_refresh = asyncio.get_running_loop().call_later(0.1, self._wake_volumes)
+
+    def _wake_volumes(self) -> None:
+        self._sources_refresh = None
+        changed, self._changed_sources = self._changed_sources, set()
+        for worker in list(self._workers.values()):
+            if worker.volumes is not None and referenced_objects(worker.pod) & changed:
+                worker.wake()
 
     # -- nodes ---------------------------------------------------------------------------------------
 
@@ -1946,6 +2093,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--env", action="append", default=[], help="env KEY=VALUE for every container")
     parser.add_argument("--host-ip", default="127.0.0.1")
     parser.add_argument(
+        "--no-in-cluster",
+        dest="in_cluster",
+        action="store_false",
+        help="no KUBERNETES_SERVICE_* variables nor API server names for the pods",
+    )
+    parser.add_argument(
         "--pid-namespace",
         action="store_true",
         help=f"a PID namespace per container, unless a pod's {PID_NAMESPACE_ANNOTATION} annotation says no",
@@ -1969,6 +2122,7 @@ async def _serve(arguments: argparse.Namespace) -> None:
         env=_pairs(arguments.env, "env"),
         host_ip=arguments.host_ip,
         pid_namespace=arguments.pid_namespace,
+        in_cluster=arguments.in_cluster,
     )
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -54,6 +54,7 @@ from typing import Literal
 
 from bridge.sandbox import owners, slurm_root
 from bridge.sandbox.build import MissingPrerequisiteError, load_versions
+from bridge.sandbox.in_cluster import HOST_ALIAS
 from bridge.sandbox.leftovers import reclaim_leftovers
 from bridge.sandbox.netns import NamespaceBusyError, NetworkNamespace, create_namespace, remove_namespace
 from bridge.sandbox.processes import (
@@ -232,6 +233,12 @@ class SlurmCluster:
         return f"http://127.0.0.1:{self._rest_port}"
 
     @property
+    def pod_rest_url(self) -> str:
+        """slurmrestd as a process runner pod reaches it: the host by its name in the pods' hosts file
+        (:data:`bridge.sandbox.in_cluster.HOST_ALIAS`, the pod's gateway)."""
+        return f"http://{HOST_ALIAS}:{self._rest_port}"
+
+    @property
     def controller_address(self) -> str:
         if self._anchor is None:
             raise StackError("the Slurm cluster is not started")
@@ -303,7 +310,7 @@ class SlurmCluster:
             self.namespaces_created.append(self._anchor.name)
             self._hostname = socket.gethostname().split(".")[0]
             self._ctld_port = free_port("0.0.0.0")  # noqa: S104 - slurmctld listens on all addresses
-            self._rest_port = free_port()
+            self._rest_port = free_port("0.0.0.0")  # noqa: S104 - slurmrestd too, for runner pods
             self._write_files()
             self._start_munged()
             self._start_slurmctld()
@@ -504,7 +511,8 @@ class SlurmCluster:
             argv += ["-s", "openapi/slurmctld"]  # v0.0.40 .. v0.0.42
         else:
             argv += ["-s", "openapi/v0.0.36,openapi/v0.0.37,openapi/v0.0.38"]
-        argv.append(f"127.0.0.1:{self._rest_port}")
+        # Every address: runner pods reach it at their gateway (:attr:`pod_rest_url`).
+        argv.append(f"0.0.0.0:{self._rest_port}")
         env = {**self._env(), "SLURM_JWT": "daemon"}
         process = self._group.start("slurmrestd", argv, env=env, inherit_env=False)
         token = self.token(lifespan=600)

@@ -88,7 +88,8 @@ def items(client: RestClient, path: str, **query: str) -> list[dict[str, Any]]:
 
 
 def ray_shm_files() -> set[str]:
-    return {entry.name for entry in SHM.iterdir() if entry.name.startswith(("plasma", "ray"))}
+    """Ray's object-store files in /dev/shm, and the runner pods' Memory emptyDirs (KubeRay's /dev/shm)."""
+    return {entry.name for entry in SHM.iterdir() if entry.name.startswith(("plasma", "ray", "kb-pod-"))}
 
 
 def alive(pid: int) -> bool:

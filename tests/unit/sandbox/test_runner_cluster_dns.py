@@ -285,7 +285,7 @@ def test_in_a_pid_namespace_the_runners_init_is_pid_1_and_dies_with_the_runner()
     unshare = argv[argv.index("unshare") :]
     assert argv[argv.index("setpriv") + 1] == "--pdeathsig=KILL"
     assert {"--pid", "--fork", "--mount-proc", "--kill-child=SIGKILL"} <= set(unshare[: unshare.index("--")])
-    assert argv[-5:] == ["init", "w", "/w/hosts", "ray", "start"]
+    assert argv[-6:] == ["init", "w", "/w/hosts", "", "ray", "start"]
     plain = pod_argv(namespace, hostname="w", hosts=Path("/w/hosts"), argv=["ray", "start"])
     assert "--pid" not in plain
-    assert plain[-5:] == ["exec", "w", "/w/hosts", "ray", "start"]
+    assert plain[-6:] == ["exec", "w", "/w/hosts", "", "ray", "start"]

@@ -218,9 +218,13 @@ def test_pod_argv_enters_the_namespace_and_ends_with_the_command() -> None:
     namespace = NetworkNamespace(name="kb-1", address="10.0.0.2", gateway="10.0.0.1", host_interface="kbh1")
     argv = pod_argv(namespace, hostname="worker-0", hosts=Path("/w/hosts"), argv=["sleep", "5"])
     assert argv[:2] == ["nsenter", "--net=/run/netns/kb-1"]
-    assert argv[2:6] == ["unshare", "--uts", "--mount", "--"]
-    assert argv[6] == sys.executable
-    assert argv[-4:] == ["worker-0", "/w/hosts", "sleep", "5"]
+    assert argv[2:7] == ["unshare", "--uts", "--mount", "--propagation=private", "--"]
+    assert argv[7] == sys.executable
+    assert argv[-5:] == ["worker-0", "/w/hosts", "", "sleep", "5"]
+    with_mounts = pod_argv(
+        namespace, hostname="worker-0", hosts=Path("/w/hosts"), argv=["sleep", "5"], mounts=Path("/w/m.json")
+    )
+    assert with_mounts[-5:] == ["worker-0", "/w/hosts", "/w/m.json", "sleep", "5"]
 
 
 # -- restarts and phases ---------------------------------------------------------------------------
