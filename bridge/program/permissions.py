@@ -33,7 +33,7 @@ __all__ = ["SHELL_RULES", "Rule", "Scope", "grants"]
 class Scope(enum.StrEnum):
     CLUSTER = "cluster"
     LEASE = "lease"
-    SECRET = "secret"
+    SECRET = "secret"  # noqa: S105 - a scope's name, not a password
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,7 +52,8 @@ class Rule:
 def _rule(
     group: str, resource: str, verbs: str, why: str, *, scope: Scope = Scope.CLUSTER, named: bool = False
 ) -> Rule:
-    return Rule(group=group, resource=resource, verbs=frozenset(verbs.split()), why=why, scope=scope, named=named)
+    verb_set = frozenset(verbs.split())
+    return Rule(group=group, resource=resource, verbs=verb_set, why=why, scope=scope, named=named)
 
 
 SHELL_RULES: tuple[Rule, ...] = (
@@ -76,7 +77,10 @@ SHELL_RULES: tuple[Rule, ...] = (
         "Events on WorkloadMixings (namespace default) and on bridged objects (their namespace); a "
         "repeat patches the series count",
     ),
-    _rule("coordination.k8s.io", "leases", "create", "leader election: the Lease, the first time", scope=Scope.LEASE),
+    _rule(
+        "coordination.k8s.io", "leases", "create",
+        "leader election: the Lease, the first time (create cannot be limited to a name)", scope=Scope.LEASE,
+    ),
     _rule(
         "coordination.k8s.io", "leases", "get update",
         "leader election: read, renew and release the one Lease", scope=Scope.LEASE, named=True,

@@ -2,9 +2,9 @@
 
 Why a build step at all: the tests run against the real kube-apiserver, etcd, Kueue, JobSet, kwok
 and KubeRay operator, never a mock of them, and this machine can reach the Go module proxy but no
-release download site. The helm CLI that lints, renders and installs ``charts/k8s-bridge`` comes the
-same way (no helm binary is packaged for Debian or on PyPI). So every binary is built with ``go build`` from the module proxy, at a
-pinned version, into a cache outside the checkout keyed by that version
+release download site (the helm CLI that lints, renders and installs ``charts/k8s-bridge`` too: no
+helm is packaged for Debian or on PyPI). So every binary is built with ``go build`` from the module
+proxy, at a pinned version, into a cache outside the checkout keyed by that version
 (``~/.cache/k8s-bridge/bin/<component>-<version>/``): a warm run finds the binaries and builds
 nothing.
 
