@@ -15,8 +15,10 @@ VERBS = {"get", "list", "watch", "create", "update", "patch", "delete", "deletec
 def test_every_rule_is_explained_and_names_real_verbs_without_wildcards(rules: tuple[Rule, ...]) -> None:
     for rule in rules:
         assert rule.why.strip(), rule
-        assert rule.verbs and rule.verbs <= VERBS, rule
-        assert "*" not in rule.resource and "*" not in rule.group, rule
+        assert rule.verbs, rule
+        assert rule.verbs <= VERBS, rule
+        assert "*" not in rule.resource, rule
+        assert "*" not in rule.group, rule
 
 
 @pytest.mark.parametrize("rules", [SLURM_RULES, RAY_RULES], ids=["slurm", "ray"])
