@@ -17,6 +17,9 @@ Where a rule applies (:class:`Scope`):
 - ``SECRET``: a Role in the namespace of the Secret a WorkloadMixing names, restricted to its name
   (a list or watch with a ``metadata.name`` field selector is authorised against ``resourceNames``).
 
+What the tables cover is the controller (``run``): ``explain`` is an operator's command, run with the
+operator's credentials, and reads more (``get`` on the WorkloadMixing, lists per namespace).
+
 :data:`SHELL_RULES` are what :mod:`bridge.program.shell` needs for every bridge (the WorkloadMixing
 controller, leader election, Events); each bridge adds its own (``bridge.<name>.permissions``).
 """
