@@ -2,8 +2,9 @@
 
 Why a build step at all: the tests run against the real kube-apiserver, etcd, Kueue, JobSet, kwok
 and KubeRay operator, never a mock of them, and this machine can reach the Go module proxy but no
-release download site. So every binary is built with ``go build`` from the module proxy, at a
-pinned version, into a cache outside the checkout keyed by that version
+release download site (the helm CLI that lints, renders and installs ``charts/k8s-bridge`` too: no
+helm is packaged for Debian or on PyPI). So every binary is built with ``go build`` from the module
+proxy, at a pinned version, into a cache outside the checkout keyed by that version
 (``~/.cache/k8s-bridge/bin/<component>-<version>/``): a warm run finds the binaries and builds
 nothing.
 
@@ -63,6 +64,7 @@ class StackPaths:
     jobset: Path
     kwok: Path
     kuberay: Path
+    helm: Path
     crds: Mapping[str, Path]
 
     def as_json(self) -> str:
@@ -89,6 +91,7 @@ def stack_paths(versions: Mapping[str, Any] | None = None) -> StackPaths:
         jobset=root / "bin" / f"jobset-{versions['jobset']['version']}" / "jobset",
         kwok=root / "bin" / f"kwok-{versions['kwok']['version']}" / "kwok",
         kuberay=root / "bin" / f"kuberay-{versions['kuberay']['version']}" / "ray-operator",
+        helm=root / "bin" / f"helm-{versions['helm']['version']}" / "helm",
         crds={
             name: root / "crds" / f"{name}-{versions[name]['version']}"
             for name in ("kueue", "jobset", "kuberay")
@@ -101,7 +104,7 @@ def _go() -> str:
     if go is None:
         raise MissingPrerequisiteError(
             "the Go toolchain ('go') is not on PATH: it builds kube-apiserver, etcd, Kueue, JobSet, "
-            "kwok and the KubeRay operator from the Go module proxy. Install Go >= 1.26 "
+            "kwok, the KubeRay operator and helm from the Go module proxy. Install Go >= 1.26 "
             "(https://go.dev/doc/install) or set KUBEBUILDER_ASSETS and provide the binaries yourself."
         )
     return go
@@ -136,9 +139,6 @@ def _install_atomically(target: Path, build: Any) -> None:
     scratch.mkdir(parents=True)
     build(scratch)
     scratch.rename(target)
-
-
-_GO_BUILD_FLAGS = ["-trimpath", "-ldflags=-s -w"]
 
 
 def _kubernetes_ldflags(version: str) -> str:
@@ -205,7 +205,9 @@ def build_kubernetes(versions: Mapping[str, Any]) -> None:
     _install_atomically(target, build)
 
 
-def _go_build_module(target_dir: Path, *, module: str, version: str, package: str) -> None:
+def _go_build_module(
+    target_dir: Path, *, module: str, version: str, package: str, ldflags: str = "-s -w"
+) -> None:
     """Build ``package`` of ``module@version`` in a throwaway wrapper module that requires it.
 
     Not ``go install <package>@<version>``: that asks the proxy for the module's version list (to
@@ -221,10 +223,41 @@ def _go_build_module(target_dir: Path, *, module: str, version: str, package: st
         )
         (wrapper / "tools.go").write_text(f'//go:build tools\n\npackage tools\n\nimport _ "{package}"\n')
         _run([_go(), "mod", "tidy", "-e"], cwd=wrapper, env={"GOFLAGS": "-mod=mod"})
-        _run([_go(), "build", *_GO_BUILD_FLAGS, "-o", str(scratch) + "/", package], cwd=wrapper)
+        argv = [_go(), "build", "-trimpath", f"-ldflags={ldflags}", "-o", str(scratch) + "/", package]
+        _run(argv, cwd=wrapper)
         shutil.rmtree(wrapper)
 
     _install_atomically(target_dir, build)
+
+
+def _helm_ldflags(version: str, *, client_go: str) -> str:
+    """What helm's Makefile links into a release: its version (else ``helm version`` says ``v3.22``
+    and nothing else), and the Kubernetes version its client-go speaks (``v0.<minor>`` is 1.<minor>)
+    as the default ``.Capabilities.KubeVersion`` of ``helm template`` and ``helm lint``'s
+    deprecation checks (else 1.20, older than anything the chart supports)."""
+    minor = client_go.removeprefix("v").split(".")[1]
+    stamps = {
+        "internal/version.version": version,
+        "internal/version.metadata": "",
+        "internal/version.gitTreeState": "clean",
+        "pkg/lint/rules.k8sVersionMajor": "1",
+        "pkg/lint/rules.k8sVersionMinor": minor,
+        "pkg/chartutil.k8sVersionMajor": "1",
+        "pkg/chartutil.k8sVersionMinor": minor,
+    }
+    return " ".join(["-s", "-w", *(f"-X helm.sh/helm/v3/{key}={value}" for key, value in stamps.items())])
+
+
+def build_helm(versions: Mapping[str, Any]) -> None:
+    """helm's CLI, stamped as a release (see :func:`_helm_ldflags`)."""
+    target = stack_paths(versions).helm.parent
+    if target.exists():
+        return
+    module, version = versions["helm"]["module"], versions["helm"]["version"]
+    requires = (_module_dir(module, version) / "go.mod").read_text().split()
+    client_go = requires[requires.index("k8s.io/client-go") + 1]
+    ldflags = _helm_ldflags(version, client_go=client_go)
+    _go_build_module(target, module=module, version=version, package=f"{module}/cmd/helm", ldflags=ldflags)
 
 
 def install_crds(versions: Mapping[str, Any]) -> None:
@@ -263,6 +296,7 @@ def build_all() -> StackPaths:
     ):
         module, version = versions[name]["module"], versions[name]["version"]
         _go_build_module(binary.parent, module=module, version=version, package=package)
+    build_helm(versions)
     install_crds(versions)
     return paths
 
@@ -292,6 +326,11 @@ def render_matrix(versions: Mapping[str, Any]) -> str:
             "KubeRay operator and CRDs (RayCluster, RayJob)",
             versions["kuberay"]["version"],
             f"`{versions['kuberay']['module']}` (root package), CRDs from `config/crd/bases`",
+        ),
+        (
+            "helm (lints, renders and installs the chart in the tests)",
+            versions["helm"]["version"],
+            f"`{versions['helm']['module']}/cmd/helm`",
         ),
         ("Slurm", s["host_version"], f"Debian {s['host_release']} packages, REST {s['host_rest']}"),
         (

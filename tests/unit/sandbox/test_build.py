@@ -70,3 +70,22 @@ def test_kubernetes_binaries_carry_their_release_version() -> None:
     assert "-X k8s.io/component-base/version.gitVersion=v1.36.3" in flags
     assert "-X k8s.io/component-base/version.gitMinor=36" in flags
     assert "-X k8s.io/component-base/version.gitMajor=1" in flags
+
+
+def test_helm_is_stamped_as_a_release_with_its_client_go_kubernetes_version() -> None:
+    # Unstamped, `helm version` says v3.22 and `helm template` renders for Kubernetes 1.20.
+    flags = build._helm_ldflags("v3.22.0", client_go="v0.37.0")
+    assert "-X helm.sh/helm/v3/internal/version.version=v3.22.0" in flags
+    assert "-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37" in flags
+    assert "-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37" in flags
+    assert "-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1" in flags
+
+
+def test_helm_is_cached_by_version_and_built_by_build_all(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("K8S_BRIDGE_CACHE", str(tmp_path))
+    versions = build.load_versions()
+    assert versions["helm"]["module"] == "helm.sh/helm/v3"
+    assert build.stack_paths().helm == tmp_path / "bin" / f"helm-{versions['helm']['version']}" / "helm"
+    assert versions["helm"]["version"] in build.render_matrix(versions)
