@@ -368,6 +368,7 @@ def fake_paths(tmp_path: Path, *, missing: str) -> StackPaths:
             "jobset",
             "kwok",
             "kuberay",
+            "helm",
         ),
         stand_in,
     )
