@@ -75,6 +75,8 @@ __all__ = [
     "NODE_NAME_PREFIX",
     "REPLICATED_JOB",
     "SHAPE_PREFIX",
+    "SLURMD_ENTRY",
+    "SLURMD_ENTRY_NAME",
     "NodeShape",
     "Translation",
     "TranslationOptions",
@@ -758,6 +760,22 @@ def _max_exec_time(job: SlurmJob, *, options: TranslationOptions) -> int | None:
 # --- the manifest ------------------------------------------------------------------------------
 
 
+SLURMD_ENTRY: Final = (
+    'trap \'kill -TERM "$child" 2>/dev/null; wait "$child"; exit 143\' TERM INT\n'
+    '"$@" &\n'
+    "child=$!\n"
+    'wait "$child"\n'
+)
+"""The slurmd container's ``/bin/sh -c`` script: runs the configured command and slurmd's arguments
+(``"$@"``: every argument one word, never parsed by the shell) and, when the pod is stopped, passes
+the signal on and exits 143. slurmd itself exits 0 on SIGTERM, which made a Job count a lost node's
+index as Succeeded; a node stopped under its job is not a success. slurmd's own exit status is kept
+otherwise (a slurmd ended by Slurm, such as after its node was deleted, has done its work). The text
+is fixed: no job field is in it, and it holds no ``$(`` or ``$$`` that Kubernetes would expand."""
+SLURMD_ENTRY_NAME: Final = "k8s-bridge-slurmd"
+"""``$0`` of :data:`SLURMD_ENTRY` (what ``ps`` shows for the shell)."""
+
+
 def _env(slurm: SlurmSpec, *, job_id: int) -> list[dict[str, Any]]:
     configured = [e.model_dump(mode="json", by_alias=True, exclude_none=True) for e in slurm.pod_template.env]
     clashing = sorted({e["name"] for e in configured} & _RESERVED_ENV)
@@ -835,7 +853,7 @@ def _manifest(
     container: dict[str, Any] = {
         "name": "slurmd",
         "image": template.image,
-        "command": list(template.command),
+        "command": ["/bin/sh", "-c", SLURMD_ENTRY, SLURMD_ENTRY_NAME, *template.command],
         "args": args,
         "env": _env(slurm, job_id=job.job_id),
         "resources": {"requests": dict(requests), "limits": dict(requests)},

@@ -549,7 +549,9 @@ class SlurmdPodTemplate(PodOverrides):
         max_length=16,
         description=(
             "Program and wrapper arguments that start slurmd (an argv list, never a shell). The bridge "
-            "appends its own arguments: `-D -Z -N <node> --conf-server <confServer> --conf <node conf>`."
+            "appends its own arguments: `-D -Z -N <node> --conf-server <confServer> --conf <node conf>`, "
+            "and runs the whole under a fixed `/bin/sh -c` entry script that exits 143 when the pod is "
+            "stopped (slurmd exits 0 on SIGTERM)."
         ),
     )
     extra_args: list[Arg] = Field(

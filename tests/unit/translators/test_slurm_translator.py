@@ -26,6 +26,8 @@ from translators.slurm import (
     MAX_JOBSET_NAME_LENGTH,
     REPLICATED_JOB,
     SHAPE_PREFIX,
+    SLURMD_ENTRY,
+    SLURMD_ENTRY_NAME,
     Translation,
     TranslationOptions,
     Untranslatable,
@@ -215,7 +217,7 @@ class TestManifest:
     def test_slurmd_argv_is_a_list_and_the_kubelet_expansion_names_each_node(self) -> None:
         t = served(held(job_id=42, node_count=2, cpus=4))
         main = container(t.manifest)
-        assert main["command"] == ["slurmd"]
+        assert main["command"] == ["/bin/sh", "-c", SLURMD_ENTRY, SLURMD_ENTRY_NAME, "slurmd"]
         assert main["args"][:4] == ["-D", "-Z", "-N", f"$({ENV_NODE_NAME})"]
         names = []
         for index in range(2):
@@ -229,7 +231,7 @@ class TestManifest:
             argv, _ = container_command(
                 pod=pod, container=main, pod_ip="10.0.0.1", host_ip="10.0.0.2", base_env={}
             )
-            assert argv[:2] == ["slurmd", "-D"]
+            assert argv[4:6] == ["slurmd", "-D"]
             assert argv[argv.index("--conf-server") + 1] == "slurmctld:6817"
             names.append(argv[argv.index("-N") + 1])
         assert tuple(names) == t.node_names == ("b42-0", "b42-1")
@@ -256,7 +258,7 @@ class TestManifest:
         m = served(held(), spec).manifest
         pod = rjob(m)["template"]["spec"]["template"]
         main = container(m)
-        assert main["command"] == ["/entrypoint", "slurmd"]
+        assert main["command"][4:] == ["/entrypoint", "slurmd"]
         assert main["args"][-1] == "-v"
         assert main["image"] == "img:1"
         assert main["imagePullPolicy"] == "IfNotPresent"
