@@ -32,6 +32,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -318,8 +319,11 @@ class E2EStack:
         self.group = ProcessGroup(self.workdir)
         self.runner: ManagedProcess | None = None
         self.bridges: list[BridgeProcess] = []
+        # Unique on the host: one process runner serves a node name at a time, host-wide
+        # (bridge.sandbox.runner.lock_node), and other stacks of the same pool may be running.
+        token = uuid.uuid4().hex[:4]
         self.runner_node_names = [
-            f"{self.settings.pool}-runner-{i}" for i in range(self.settings.runner_nodes)
+            f"{self.settings.pool}-runner-{token}-{i}" for i in range(self.settings.runner_nodes)
         ]
         self.kwok_node_names: list[str] = []
         self.timings: dict[str, float] = {}
