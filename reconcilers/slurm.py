@@ -518,8 +518,13 @@ class Observed:
     """The dynamic nodes registered for this job (feature ``bridge-job-<id>`` or name ``b<id>-<i>``)."""
     pods: PodsView = field(default_factory=PodsView)
     completed_indexes: str = ""
-    """``status.completedIndexes`` of the JobSet's Job: slurmd pods that ended with 0 (slurmd does on
-    SIGTERM), which the Job never replaces. Kept by the Job after the pod itself is gone."""
+    """``status.completedIndexes`` of the JobSet's Job: slurmd pods that ended with 0 (a slurmd that
+    Slurm itself stopped, or one of an older bridge, whose slurmd exited 0 on SIGTERM), which the Job
+    never replaces. Kept by the Job after the pod itself is gone."""
+    failed_pods: int = 0
+    """``status.failed`` of the JobSet's Job: slurmd pods that failed or were deleted before they ended
+    (a crash restarts in place and is not counted). The Job replaces such a pod under the same node
+    name, so after the replacement this count is all that is left of the loss."""
     bridged_jobs: int = 0
     """JobSets of this cluster that exist (for ``limits.maxBridgedJobs``)."""
     max_bridged_jobs: int | None = None
@@ -550,6 +555,20 @@ def _completed_indexes(jobs: Iterable[Mapping[str, Any]]) -> str:
     """The ``completedIndexes`` of the JobSet's Jobs (one Job: ``replicas: 1``), "" when none."""
     done = [str((j.get("status") or {}).get("completedIndexes") or "") for j in jobs]
     return ",".join(d for d in done if d)
+
+
+def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
+    owners = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return bool(uid) and any(isinstance(o, Mapping) and o.get("uid") == uid for o in owners)
+
+
+def _failed_pods(jobs: Iterable[Mapping[str, Any]]) -> int:
+    """The ``failed`` count of the JobSet's Jobs (one Job: ``replicas: 1``)."""
+    total = 0
+    for j in jobs:
+        failed = (j.get("status") or {}).get("failed")
+        total += failed if isinstance(failed, int) and failed > 0 else 0
+    return total
 
 
 def unservable_comment(reason: str) -> str:
@@ -850,7 +869,8 @@ def _lost_pods(o: Observed) -> tuple[str, ...]:
     if js is None or js.suspended or wl is None or wl.state is not WorkloadState.ADMITTED:
         return ()
     done = (f"index {o.completed_indexes} ended",) if o.completed_indexes else ()
-    return (*o.pods.lost, *done)
+    failed = (f"{o.failed_pods} failed",) if o.failed_pods else ()
+    return (*o.pods.lost, *done, *failed)
 
 
 def _lost_node_event(lost: tuple[str, ...]) -> str:
@@ -1375,6 +1395,10 @@ class SlurmObserver:
             translation = translate(job, spec, options=self._options)
         raw_js = self._jobset_of(key)
         view = describe_jobset(raw_js) if raw_js is not None else None
+        # Only this JobSet's Jobs: those of a deleted predecessor may linger until collected.
+        child_jobs = [
+            j for j in self.child_jobs.by_index(INDEX_JOB, key) if view is not None and _owned_by(j, view.uid)
+        ]
         workload = None
         jobset_nodes: tuple[str, ...] = ()
         feature = shape = ""
@@ -1406,7 +1430,8 @@ class SlurmObserver:
                 sorted((node_of(o) for o in self.nodes.by_index(INDEX_JOB, str(job_id))), key=_by_name)
             ),
             pods=PodsView.of(self.pods.by_index(INDEX_JOB, key)),
-            completed_indexes=_completed_indexes(self.child_jobs.by_index(INDEX_JOB, key)),
+            completed_indexes=_completed_indexes(child_jobs),
+            failed_pods=_failed_pods(child_jobs),
             bridged_jobs=self._bridged_jobs(cluster)
             if slurm is not None and slurm.limits.max_bridged_jobs
             else 0,

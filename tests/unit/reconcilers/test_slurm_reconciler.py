@@ -263,6 +263,7 @@ class World:
         self.workloads = Store(indexers={INDEX_JOB_UID: workload_uid_keys})
         self.pods = Store(indexers={INDEX_JOB: pod_job_keys})
         self.nodes = Store(indexers={INDEX_JOB: node_job_keys})
+        self.child_jobs = Store(indexers={INDEX_JOB: pod_job_keys})
         self.registry = CollectorRegistry()
         self.phases: list[dict[str, int]] = []
         self.node_polls = Counter()
@@ -275,6 +276,7 @@ class World:
             workloads=self.workloads,
             pods=self.pods,
             nodes=self.nodes,
+            child_jobs=self.child_jobs,
             metrics=slurm_metrics(self.registry),
             on_phases=lambda p: self.phases.append(dict(p)),
             nodes_trigger=self.node_polls.append_one,
@@ -451,6 +453,68 @@ async def test_running_job_is_requeue_held_when_admission_is_lost(admitted: bool
     await w.reconcile()
     assert ("requeue_hold", 42) in w.slurm.calls or admitted
     assert (("requeue_hold", 42) in w.slurm.calls) is not admitted
+
+
+def child_job(*, owner_uid: str, failed: int) -> Object:
+    """The JobSet's one Job as the cache holds it, owned by the JobSet of ``owner_uid``."""
+    labels = jobset_object()["spec"]["replicatedJobs"][0]["template"]["metadata"]["labels"]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": f"slurm-hpc-42-slurmd-{owner_uid}",
+            "namespace": "default",
+            "labels": dict(labels),
+            "ownerReferences": [{"kind": "JobSet", "name": "slurm-hpc-42", "uid": owner_uid}],
+        },
+        "status": {"failed": failed, "active": 2},
+    }
+
+
+def running_on_replacement_pods(*, failed_job_owner: str) -> World:
+    """Job 42 running on its two nodes, both slurmd pods active, while the JobSet's Job (of
+    ``failed_job_owner``) counts one failed pod: a node lost and replaced under the same name."""
+    job = held(
+        state=JobState.RUNNING, hold=False, nodes=("b42-0", "b42-1"), required_nodes=("b42-0", "b42-1")
+    )
+    w = World(job)
+    w.add_jobset(jobset_object(suspended=False))
+    w.workloads.put(workload_object(admitted=True))
+    labels = child_job(owner_uid="js-uid", failed=0)["metadata"]["labels"]
+    for index in (0, 1):
+        w.pods.put(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"slurm-hpc-42-{index}",
+                    "namespace": "default",
+                    "labels": {**labels, "batch.kubernetes.io/job-completion-index": str(index)},
+                },
+                "status": {"phase": "Running"},
+            }
+        )
+    w.child_jobs.put(child_job(owner_uid=failed_job_owner, failed=1))
+    return w
+
+
+async def test_a_lost_node_replaced_under_its_name_is_still_a_lost_node_by_its_jobs_failed_count() -> None:
+    """The slurmd pod was deleted while the bridge could not act; the Job replaced it under the same
+    node name. Only the Job's failed count is left of the loss: the job goes back to the queue held
+    and the JobSet goes, so that it never runs on a node that lost its part of the job."""
+    w = running_on_replacement_pods(failed_job_owner="js-uid")
+    await w.reconcile()
+    assert ("requeue_hold", 42) in w.slurm.calls
+    assert ("delete", "JobSet", "slurm-hpc-42") in [c[:3] for c in w.kube.calls]
+
+
+async def test_a_failed_count_of_a_deleted_predecessors_job_is_not_this_jobsets_loss() -> None:
+    """The Job of a JobSet deleted before (its uid another) may linger until collected: its failures
+    are not this JobSet's."""
+    w = running_on_replacement_pods(failed_job_owner="old-js-uid")
+    await w.reconcile()
+    assert ("requeue_hold", 42) not in w.slurm.calls
+    assert "delete" not in [c[0] for c in w.kube.calls]
 
 
 def user_held_with_its_jobset() -> World:
