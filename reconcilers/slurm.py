@@ -76,6 +76,7 @@ from bridge.admission import (
 from bridge.api.mixing import WorkloadMixingSpec
 from bridge.api.slurm_job import SlurmJob
 from bridge.api.slurm_node import NodeState, SlurmNode
+from bridge.api.slurm_reservation import SlurmReservation
 from bridge.runtime.cache import Store
 from bridge.runtime.client import Client
 from bridge.runtime.controller import Request, Result
@@ -94,6 +95,7 @@ from bridge.slurmrest.errors import (
     SlurmAuthError,
     SlurmUnavailable,
 )
+from reconcilers.slurm_reservations import ReservationCache
 from reconcilers.slurm_waiting import (
     RETRY_AFTER_GIVE_BACK,
     BridgeHold,
@@ -197,6 +199,7 @@ WAIT_FOR_SLURM = 1.0
 WAIT_FOR_BEGIN = 60.0
 """Longest wait between looks at a job that is not bridged until a time (its begin time, a retry)."""
 WAIT_FOR_DEPENDENCY = 30.0
+WAIT_FOR_RESERVATION = 15.0
 """Seconds between looks at a job waiting for a dependency on a job outside the bridged partitions."""
 WAIT_FOR_SLOT = 10.0
 """Seconds between looks while ``limits.maxBridgedJobs`` JobSets exist."""
@@ -533,6 +536,9 @@ class Observed:
     dependees: Mapping[int, SlurmJob | None] | None = None
     """The jobs this job depends on, as last polled (None: gone from slurmctld); None when it depends
     on none, or nobody looked."""
+    reservations: Mapping[str, SlurmReservation] | None = None
+    """slurmctld's reservations by name, as last listed, for a job that asks for one; None when it
+    asks for none, or nobody could look."""
     hold_converted: bool = False
     """This process turned the job's user hold into the bridge's admin hold already; the job source
     may show it a poll later (the conversion does not poll at once), and converting again on each
@@ -1034,10 +1040,13 @@ def _waiting_reason(o: Observed, job: SlurmJob) -> tuple[str, float | None] | No
     """Why a servable held job is not bridged now, and when to look again (None: on a change)."""
     if _held_by_a_person(o, job):
         return "held by an administrator; bridged once released", None
-    blocked = blocked_reason(job, now=o.now, dependees=o.dependees)
+    blocked = blocked_reason(job, now=o.now, dependees=o.dependees, reservations=o.reservations)
     if blocked is not None:
         begin = job.eligible_time.timestamp() if job.eligible_time is not None else 0.0
         look_again = max(1.0, min(begin - o.now, WAIT_FOR_BEGIN)) if begin > o.now else None
+        if job.reservation and o.reservations is not None:
+            # A reservation changes (starts, is updated or deleted) without its jobs changing.
+            look_again = min(look_again or WAIT_FOR_RESERVATION, WAIT_FOR_RESERVATION)
         if job.dependency and look_again is None:
             # A dependee in the bridged partitions reconciles this job when it changes (the job
             # source's dependents index); one elsewhere is not polled: look again now and then.
@@ -1382,7 +1391,12 @@ class SlurmObserver:
         return min(found, key=lambda o: ("deletionTimestamp" in o["metadata"], o["metadata"].get("name", "")))
 
     def observe(
-        self, job_id: int, job: SlurmJob | None, *, dependees: Mapping[int, SlurmJob | None] | None = None
+        self,
+        job_id: int,
+        job: SlurmJob | None,
+        *,
+        dependees: Mapping[int, SlurmJob | None] | None = None,
+        reservations: Mapping[str, SlurmReservation] | None = None,
     ) -> tuple[Observed, Object | None]:
         """The observation for one job (``job`` as read from the source or fresh from Slurm), with the
         jobs it depends on as the caller found them."""
@@ -1438,6 +1452,7 @@ class SlurmObserver:
             max_bridged_jobs=slurm.limits.max_bridged_jobs if slurm is not None else None,
             now=self._wall_clock(),
             dependees=dependees,
+            reservations=reservations if job is not None and job.reservation else None,
         )
         return observed, raw_js
 
@@ -1462,6 +1477,7 @@ class SlurmReconciler:
         nodes: Store,
         metrics: SlurmMetrics,
         child_jobs: Store | None = None,
+        reservations: ReservationCache | None = None,
         nodes_trigger: Callable[[], None] | None = None,
         recorder: EventRecorder | None = None,
         on_phases: Callable[[Mapping[str, int]], None] | None = None,
@@ -1473,6 +1489,7 @@ class SlurmReconciler:
         self._slurm = slurm
         self._config = config
         self._jobs = jobs
+        self._reservations = reservations
         self.observer = SlurmObserver(
             config=config,
             jobsets=jobsets,
@@ -1519,7 +1536,13 @@ class SlurmReconciler:
     def cluster(self) -> str:
         return self.observer.cluster()
 
-    def observe(self, job_id: int, job: SlurmJob | None) -> tuple[Observed, Object | None]:
+    def observe(
+        self,
+        job_id: int,
+        job: SlurmJob | None,
+        *,
+        reservations: Mapping[str, SlurmReservation] | None = None,
+    ) -> tuple[Observed, Object | None]:
         """The observer's, with the jobs it depends on from the job source's last poll, plus whether a
         comment may be written now (``CommentBudget``)."""
         dependees = (
@@ -1527,7 +1550,7 @@ class SlurmReconciler:
             if job is not None and job.dependency
             else None
         )
-        observed, raw_js = self.observer.observe(job_id, job, dependees=dependees)
+        observed, raw_js = self.observer.observe(job_id, job, dependees=dependees, reservations=reservations)
         key = job_key(self.cluster(), job_id)
         if job is not None and job.held_by != "user":
             self._converted.discard(key)
@@ -1537,6 +1560,12 @@ class SlurmReconciler:
         if wait > 0:
             observed = replace(observed, comment_due=False, comment_retry=max(1.0, wait))
         return observed, raw_js
+
+    async def _reservations_for(self, job: SlurmJob | None) -> Mapping[str, SlurmReservation] | None:
+        """slurmctld's reservations when ``job`` asks for one (read at most every few seconds)."""
+        if job is None or not job.reservation or job.is_finished or self._reservations is None:
+            return None
+        return await self._reservations.get()
 
     async def _fresh_job(self, job_id: int) -> SlurmJob | None:
         try:
@@ -1552,14 +1581,18 @@ class SlurmReconciler:
             return Result()
         job_id = int(request.name)
         key = job_key(cluster, job_id)
-        observed, raw_js = self.observe(job_id, self._jobs.job(job_id))
+        job = self._jobs.job(job_id)
+        observed, raw_js = self.observe(job_id, job, reservations=await self._reservations_for(job))
         decision = decide(observed)
         try:
             if decision.needs_confirmation:
                 # The cached job may be a poll behind (our own last write included), or missing
                 # because the cache does not hold it yet (right after a restart, the job list can
                 # be taken before the configuration arrives): decide again on a fresh read.
-                observed, raw_js = self.observe(job_id, await self._fresh_job(job_id))
+                fresh = await self._fresh_job(job_id)
+                observed, raw_js = self.observe(
+                    job_id, fresh, reservations=await self._reservations_for(fresh)
+                )
                 decision = decide(observed)
             self._track(key, decision)
             if decision.actions:

@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from bridge.api.slurm_job import JobState, SlurmJob
+from bridge.api.slurm_reservation import SlurmReservation
 
 __all__ = [
     "ADMIN_COMMENT_PREFIX",
@@ -42,6 +43,7 @@ __all__ = [
     "marked_by_the_bridge",
     "not_starting_reason",
     "parse_dependencies",
+    "reservation_reason",
     "retry_after_give_back",
     "when",
 ]
@@ -216,14 +218,24 @@ def dependency_state(job: SlurmJob, dependees: Mapping[int, SlurmJob | None], *,
 
 
 def blocked_reason(
-    job: SlurmJob, *, now: float, dependees: Mapping[int, SlurmJob | None] | None = None
+    job: SlurmJob,
+    *,
+    now: float,
+    dependees: Mapping[int, SlurmJob | None] | None = None,
+    reservations: Mapping[str, SlurmReservation] | None = None,
 ) -> str | None:
     """Why Slurm would not start this job now even with its nodes up; None when it would.
 
     ``dependees``: the jobs it depends on as last seen (None: gone from slurmctld); without them
     (None) the dependency text alone decides, which Slurm does not update while the job is held.
+    ``reservations``: slurmctld's reservations by name, as last listed (None: nobody looked, and a
+    job's reservation is then not a reason).
     A requeued job's begin time that is Slurm's own delay is not a reason: the release sets it to now.
     """
+    if job.reservation and reservations is not None:
+        reason = reservation_reason(job.reservation, reservations.get(job.reservation), now=now)
+        if reason is not None:
+            return reason
     if job.dependency:
         shown = ascii(job.dependency)[1:-1][:120]
         verdict = (
@@ -238,6 +250,27 @@ def blocked_reason(
     begin = job.eligible_time
     if begin is not None and begin.timestamp() > now and not begin_time_is_slurms_requeue_delay(job):
         return f"it may not start before {when(begin.timestamp())} (--begin)"
+    return None
+
+
+def reservation_reason(name: str, reservation: SlurmReservation | None, *, now: float) -> str | None:
+    """Why the job's reservation ``name`` keeps it from starting on bridge nodes; None when it does not.
+
+    Slurm starts such a job only while the reservation is active, and only on its nodes when it
+    reserves nodes or cores (unless it is FLEX): the bridge's nodes, made for the job once Kueue
+    admits it, are in no reservation."""
+    shown = ascii(name)[1:-1][:64]
+    if reservation is None:
+        return f"its reservation {shown} does not exist"
+    if reservation.start_time is not None and reservation.start_time.timestamp() > now:
+        return f"its reservation {shown} starts at {when(reservation.start_time.timestamp())}"
+    if reservation.end_time is not None and reservation.end_time.timestamp() <= now:
+        return f"its reservation {shown} has ended"
+    if reservation.holds_nodes:
+        return (
+            f"its reservation {shown} holds nodes of its own, and bridged jobs run on nodes created for "
+            "them (a FLEX reservation, or one of licenses only, can be used)"
+        )
     return None
 
 

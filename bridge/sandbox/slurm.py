@@ -70,6 +70,8 @@ SlurmVersion = Literal["22.05", "24.11"]
 VERSIONS: tuple[SlurmVersion, ...] = ("22.05", "24.11")
 BRIDGE_FEATURE = "k8sbridge"
 BRIDGE_PARTITION = "bridge"
+SANDBOX_LICENSE = "sandbox"
+"""A cluster license of the local stack (``Licenses=``), for reservations of licenses only."""
 DEFAULT_PARTITION = "batch"
 SCHEDULER_PARAMETERS = "batch_sched_delay=0"
 """``SchedulerParameters`` of the generated slurm.conf. slurmctld runs its main scheduler for a queued
@@ -446,6 +448,8 @@ class SlurmCluster:
             "SelectTypeParameters=CR_Core_Memory",
             f"MaxNodeCount={self.max_nodes}",
             "GresTypes=gpu",
+            # Licenses to reserve: a reservation of licenses only is one a bridged job can use.
+            f"Licenses={SANDBOX_LICENSE}:4",
             "TreeWidth=65533",
             "ReturnToService=2",
             "MpiDefault=none",

@@ -20,6 +20,7 @@ import structlog
 
 from bridge.api.mixing import SlurmSpec
 from bridge.api.slurm_job import SlurmJob
+from bridge.api.slurm_reservation import SlurmReservation
 from bridge.program import LiveMixing
 from bridge.runtime.client import Client
 from bridge.runtime.errors import ApiError
@@ -201,6 +202,9 @@ class LiveSlurm:
 
     async def get_job(self, job_id: int) -> SlurmJob:
         return await self._call(lambda c: c.get_job(job_id))
+
+    async def list_reservations(self) -> tuple[SlurmReservation, ...]:
+        return await self._call(lambda c: c.list_reservations())
 
     async def hold_job(
         self,

@@ -73,6 +73,7 @@ from reconcilers.slurm import (
     request_for_key,
     workload_uid_keys,
 )
+from reconcilers.slurm_reservations import ReservationCache
 from reconcilers.slurm_waiting import dependency_ids
 from translators.slurm import JOBSET_API_VERSION, JOBSET_KIND, LABEL_JOB_ID, Translation, job_selector
 
@@ -288,6 +289,7 @@ class SlurmBridge(BridgeProgram):
             pods=kube.pods.store,
             nodes=nodes.store,
             child_jobs=kube.child_jobs.store,
+            reservations=ReservationCache(list_reservations=slurm.list_reservations),
             nodes_trigger=nodes.trigger,
             metrics=metrics,
             recorder=shell.recorder,
@@ -531,7 +533,12 @@ async def _observe_for_explain(
             dependees[dependee] = await slurm.get_job(dependee)
         except InvalidJobId:
             dependees[dependee] = None
-    observed, _ = observer.observe(job.job_id, job, dependees=dependees if job.dependency else None)
+    reservations = None
+    if job.reservation:
+        reservations = {r.name: r for r in await slurm.list_reservations()}
+    observed, _ = observer.observe(
+        job.job_id, job, dependees=dependees if job.dependency else None, reservations=reservations
+    )
     return observed
 
 

@@ -34,6 +34,7 @@ from multidict import CIMultiDictProxy
 
 from bridge.api.slurm_job import SlurmJob
 from bridge.api.slurm_node import SlurmNode
+from bridge.api.slurm_reservation import SlurmReservation
 
 from .auth import JwtAuth
 from .cli import ScontrolCli
@@ -511,6 +512,14 @@ class SlurmClient:
         await self._call(
             "cancel_job", params={"job_id": job_id}, query={"signal": signal} if signal else None
         )
+
+    # --- reservations ---------------------------------------------------------------------
+
+    async def list_reservations(self) -> tuple[SlurmReservation, ...]:
+        """Every advanced reservation slurmctld knows (ended ones are purged by Slurm)."""
+        adapter = await self.adapter()
+        _, data, _ = await self._call("list_reservations")
+        return adapter.parse_reservations(data)
 
     # --- nodes ----------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from urllib.parse import quote
 
 from bridge.api.slurm_job import Gres, JobState, SlurmJob
 from bridge.api.slurm_node import NodeState, SlurmNode
+from bridge.api.slurm_reservation import SlurmReservation
 
 from . import hostlist
 from .errors import ErrorEntry, SlurmResponseError
@@ -245,6 +246,10 @@ class RestAdapter:
         het_job_offset het_job_id_set array_job_id array_task_id array_task_string array_max_tasks
         submit_time start_time end_time eligible_time dependency resv_name admin_comment"""
     )
+    RESERVATION_FIELDS: ClassVar[frozenset[str]] = _words(
+        "name start_time end_time flags node_count core_count licenses partition"
+    )
+    reservations_response_fields: frozenset[str] = frozenset({"reservations", "errors"})
     COMMON_NODE_FIELDS: ClassVar[frozenset[str]] = _words(
         """name state features active_features partitions cpus alloc_cpus real_memory alloc_memory
         gres reason comment address hostname"""
@@ -313,6 +318,23 @@ class RestAdapter:
     def parse_nodes(self, body: Mapping[str, Any]) -> NodesPage:
         nodes = tuple(self.parse_node(raw) for raw in self._list(body, "nodes", self.nodes_response_fields))
         return NodesPage(nodes=nodes, update_time=self._last_update(body, self.nodes_response_fields))
+
+    def parse_reservations(self, body: Mapping[str, Any]) -> tuple[SlurmReservation, ...]:
+        raws = self._list(body, "reservations", self.reservations_response_fields)
+        return tuple(self.parse_reservation(raw) for raw in raws)
+
+    def parse_reservation(self, raw: object) -> SlurmReservation:
+        r = _Reader(raw, self.RESERVATION_FIELDS, "reservation")
+        return SlurmReservation(
+            name=r.text("name"),
+            start_time=r.time("start_time"),
+            end_time=r.time("end_time"),
+            flags=frozenset(f.upper() for f in r.texts("flags")),
+            node_count=r.number("node_count") or 0,
+            core_count=r.number("core_count") or 0,
+            licenses=r.text("licenses"),
+            partition=r.text("partition"),
+        )
 
     def _last_update(self, body: Mapping[str, Any], allowed: frozenset[str] | None = None) -> int | None:
         allowed = self.jobs_response_fields if allowed is None else allowed
@@ -493,6 +515,7 @@ class V0038Adapter(RestAdapter):
             "cancel_job": Endpoint("DELETE", "/slurm/v0.0.38/job/{job_id}", frozenset({"signal"})),
             "list_nodes": Endpoint("GET", "/slurm/v0.0.38/nodes", frozenset({"update_time"})),
             "get_node": Endpoint("GET", "/slurm/v0.0.38/node/{node_name}"),
+            "list_reservations": Endpoint("GET", "/slurm/v0.0.38/reservations"),
         }
     )
     job_fields = RestAdapter.COMMON_JOB_FIELDS
@@ -578,6 +601,7 @@ class DataParserAdapter(RestAdapter):
             "get_node": Endpoint("GET", f"{base}/node/{{node_name}}", frozenset({"flags"})),
             "update_node": Endpoint("POST", f"{base}/node/{{node_name}}"),
             "delete_node": Endpoint("DELETE", f"{base}/node/{{node_name}}"),
+            "list_reservations": Endpoint("GET", f"{base}/reservations/"),
         }
         if minor >= 45:
             endpoints["requeue_job"] = Endpoint("GET", f"{base}/job/{{job_id}}/requeue", frozenset({"Hold"}))
@@ -592,6 +616,7 @@ class DataParserAdapter(RestAdapter):
         self.jobs_response_fields = frozenset({"jobs", "errors", "warnings", "last_update", "last_backfill"})
         self.nodes_response_fields = frozenset({"nodes", "errors", "warnings", "last_update"})
         self.ping_response_fields = frozenset({"pings", "errors", "warnings"})
+        self.reservations_response_fields = frozenset({"reservations", "errors", "warnings", "last_update"})
         self.ping_fields = frozenset(
             {"hostname", "latency"} | ({"pinged"} if minor <= 41 else {"responding"})
         )

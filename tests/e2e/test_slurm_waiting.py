@@ -19,6 +19,7 @@ import pytest
 from bridge.admission import WorkloadState
 from bridge.api.slurm_job import JobState, SlurmJob
 from bridge.sandbox.e2e import BridgeProcess, E2EStack
+from bridge.sandbox.slurm import SANDBOX_LICENSE
 from bridge.slurmrest import SlurmClient
 from tests.fixtures.e2e import (
     TASKS_SCRIPT,
@@ -194,6 +195,47 @@ async def test_jobs_slurm_would_not_start_take_no_quota_and_an_administrators_ho
                 scancel(e2e, job_id)
     for job_id in (holder, a, b, c, d):
         await wait_gone(e2e, job_id, bridge=bridge)
+
+
+async def test_a_job_in_a_reservation_not_yet_active_takes_no_quota_until_it_starts(
+    e2e: E2EStack, slurm_client: SlurmClient
+) -> None:
+    """A reservation of licenses only (ANY_NODES: its jobs may use any nodes) starting in a day, and a
+    job submitted into it. Before, the job was bridged, admitted and released at once, then sat
+    PENDING (Reason=Reservation) with its pod and quota for the day. Now it waits unbridged, says why,
+    and once an administrator moves the reservation's start to now it is bridged and runs on the
+    bridge's nodes."""
+    cluster = e2e.slurm
+    name = "soon"
+    cluster.scontrol(
+        "create", "reservation", f"ReservationName={name}", "StartTime=now+1day", "Duration=60",
+        f"Licenses={SANDBOX_LICENSE}:1", "Flags=ANY_NODES", f"Users={cluster.user}",
+    )  # fmt: skip
+    bridge = await started_bridge(e2e)
+    job_id = 0
+    try:
+        job_id = one_node(e2e, f"--reservation={name}", name="in-a-reservation")
+        says = f"its reservation {name} starts at"
+        waiting = await wait_job(
+            slurm_client, job_id, until=comment_says(says), timeout=30,
+            what=f"to say '{says}' in its comment", stack=e2e, bridge=bridge,
+        )  # fmt: skip
+        assert waiting.hold, waiting
+        assert no_jobset(e2e, job_id)
+        cluster.scontrol("update", f"ReservationName={name}", "StartTime=now")
+        done = await wait_job(
+            slurm_client, job_id, until=finished, timeout=JOB_TIMEOUT,
+            what="to run once its reservation is active", stack=e2e, bridge=bridge,
+        )  # fmt: skip
+        assert done.state == JobState.COMPLETED, done
+        assert done.nodes == (f"b{job_id}-0",), done
+        assert bridge.alive(), bridge.log_tail()
+        quiet_log(bridge)
+    finally:
+        if job_id:
+            scancel(e2e, job_id)
+        cluster.scontrol("delete", f"ReservationName={name}", check=False)
+    await wait_gone(e2e, job_id, bridge=bridge)
 
 
 # --- 3 and 4 ------------------------------------------------------------------------------------

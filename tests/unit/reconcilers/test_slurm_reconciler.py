@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import pytest
@@ -15,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from bridge.api.mixing import API_VERSION, KIND, WorkloadMixingSpec
 from bridge.api.slurm_job import JobState, SlurmJob
 from bridge.api.slurm_node import NodeState, SlurmNode
+from bridge.api.slurm_reservation import SlurmReservation
 from bridge.runtime.cache import Store
 from bridge.runtime.client import Client
 from bridge.runtime.controller import Controller, Request, Result
@@ -39,6 +41,7 @@ from reconcilers.slurm import (
     pod_job_keys,
     workload_uid_keys,
 )
+from reconcilers.slurm_reservations import ReservationCache
 from tests.fixtures.mixing import slurm_spec
 from translators.slurm import FINALIZER, Translation, translate
 
@@ -255,7 +258,13 @@ class Counter:
 
 
 class World:
-    def __init__(self, *jobs: SlurmJob, down: bool = False, spec: WorkloadMixingSpec = SPEC) -> None:
+    def __init__(
+        self,
+        *jobs: SlurmJob,
+        down: bool = False,
+        spec: WorkloadMixingSpec = SPEC,
+        reservations: ReservationCache | None = None,
+    ) -> None:
         self.jobs = Jobs(*jobs)
         self.slurm = FakeSlurm(self.jobs, down=down)
         self.kube = FakeKube()
@@ -277,6 +286,7 @@ class World:
             pods=self.pods,
             nodes=self.nodes,
             child_jobs=self.child_jobs,
+            reservations=reservations,
             metrics=slurm_metrics(self.registry),
             on_phases=lambda p: self.phases.append(dict(p)),
             nodes_trigger=self.node_polls.append_one,
@@ -515,6 +525,29 @@ async def test_a_failed_count_of_a_deleted_predecessors_job_is_not_this_jobsets_
     await w.reconcile()
     assert ("requeue_hold", 42) not in w.slurm.calls
     assert "delete" not in [c[0] for c in w.kube.calls]
+
+
+async def test_a_job_whose_reservation_has_not_started_is_not_bridged_until_it_has() -> None:
+    """The reconciler reads slurmctld's reservations for a job that asks for one (not for others)."""
+    listed: list[tuple[SlurmReservation, ...]] = []
+    start = datetime.now(tz=UTC) + timedelta(hours=1)
+    future = (SlurmReservation(name="r1", start_time=start, flags=frozenset({"ANY_NODES"})),)
+
+    async def list_reservations() -> tuple[SlurmReservation, ...]:
+        listed.append(future)
+        return future
+
+    plain = World(held(), reservations=ReservationCache(list_reservations=list_reservations))
+    await plain.reconcile()
+    assert listed == []
+    assert [c[:2] for c in plain.kube.calls] == [("create", "JobSet")]
+    w = World(held(reservation="r1"), reservations=ReservationCache(list_reservations=list_reservations))
+    result = await w.reconcile()
+    assert len(listed) == 1
+    assert not [c for c in w.kube.calls if c[0] == "create"]
+    assert result.requeue_after is not None
+    (comment,) = [c[2] for c in w.slurm.calls if c[0] == "comment"]
+    assert "its reservation r1 starts at" in str(comment)
 
 
 def user_held_with_its_jobset() -> World:

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
 from bridge.admission import JobSetState, WorkloadState, WorkloadView
 from bridge.api.slurm_job import JobState, SlurmJob
+from bridge.api.slurm_reservation import SlurmReservation
 from reconcilers.slurm import (
     COMMENT_PREFIX,
     WAIT_FOR_DEPENDENCY,
+    WAIT_FOR_RESERVATION,
     CommentBudget,
     DownNodes,
     Hold,
@@ -37,6 +40,7 @@ from reconcilers.slurm_waiting import (
     blocked_reason,
     dependency_state,
     not_starting_reason,
+    reservation_reason,
 )
 from tests.fixtures.slurm_decisions import (
     IDLE,
@@ -447,3 +451,71 @@ def test_a_slurmd_pod_gone_from_the_cache_is_still_a_lost_node_by_its_jobs_compl
     run = decide(observe(running(), js=jobset(state=JobSetState.ACTIVE), wl=workload(WorkloadState.ADMITTED),
                          nodes=IDLE, pods=one, completed_indexes="0"))  # fmt: skip
     assert kinds(run) == ["requeue_hold", "delete_jobset"]
+
+
+# --- reservations ----------------------------------------------------------------------------------
+
+
+def reservation(name: str = "r1", **fields: Any) -> SlurmReservation:
+    base: dict[str, Any] = {
+        "name": name,
+        "start_time": T0 - timedelta(minutes=5),
+        "end_time": T0 + timedelta(hours=1),
+        "flags": frozenset({"ANY_NODES"}),
+        "licenses": "demo:1",
+    }
+    base.update(fields)
+    return SlurmReservation(**base)
+
+
+@pytest.mark.parametrize(
+    ("listed", "reason"),
+    [
+        ({}, "its reservation r1 does not exist"),
+        (
+            {"r1": reservation(start_time=T0 + timedelta(hours=2))},
+            "its reservation r1 starts at 2026-12-02T03:00:00Z",
+        ),
+        ({"r1": reservation(end_time=T0 - timedelta(seconds=1))}, "its reservation r1 has ended"),
+        (
+            {"r1": reservation(node_count=2, flags=frozenset({"SPEC_NODES"}))},
+            "its reservation r1 holds nodes of its own",
+        ),
+        ({"r1": reservation(core_count=4, flags=frozenset())}, "its reservation r1 holds nodes of its own"),
+    ],
+)
+def test_a_job_whose_reservation_keeps_it_from_bridge_nodes_gets_no_jobset_and_says_why(
+    listed: dict[str, SlurmReservation], reason: str
+) -> None:
+    asks = job(reservation="r1")
+    d = decide(observe(asks, now=NOW, reservations=listed))
+    assert kinds(d) == ["write_comment"]
+    assert reason in d.why
+    # a reservation changes without its job changing: the bridge looks again itself
+    assert d.requeue_after is not None
+    assert 1.0 <= d.requeue_after <= WAIT_FOR_RESERVATION
+
+
+@pytest.mark.parametrize(
+    "usable",
+    [
+        reservation(),  # licenses only, active
+        reservation(node_count=1, core_count=1, flags=frozenset({"FLEX", "SPEC_NODES"})),
+    ],
+)
+def test_a_job_in_an_active_reservation_that_lets_it_use_other_nodes_is_bridged(
+    usable: SlurmReservation,
+) -> None:
+    d = decide(observe(job(reservation="r1"), now=NOW, reservations={"r1": usable}))
+    assert kinds(d) == ["create_jobset"]
+
+
+def test_a_reservation_nobody_could_list_is_no_reason_to_wait() -> None:
+    """slurmrestd did not answer the listing: the job is bridged, and Slurm's own pending reason
+    gives the capacity back once released, if the reservation does keep it (the safety net)."""
+    assert kinds(decide(observe(job(reservation="r1"), now=NOW, reservations=None))) == ["create_jobset"]
+    assert blocked_reason(job(reservation="r1"), now=NOW) is None
+
+
+def test_a_reservation_name_is_shown_escaped() -> None:
+    assert reservation_reason("r\n1", None, now=NOW) == "its reservation r\\n1 does not exist"

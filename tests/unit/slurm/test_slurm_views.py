@@ -38,8 +38,29 @@ def test_every_reference_response_parses(reference: Load, name: str) -> None:
         jobs = adapter.parse_jobs(body).jobs
         assert jobs
         assert all(j.rest_version == adapter.version for j in jobs)
+    elif "reservations" in body:
+        assert adapter.parse_reservations(body)
     else:
         assert adapter.parse_nodes(body).nodes
+
+
+@pytest.mark.parametrize("name", ["rest-v0.0.38-reservations.json", "rest-24.11-reservations-v0.0.42.json"])
+def test_reservations_read_alike_from_both_generations(reference: Load, name: str) -> None:
+    """Three real reservations: licenses only (ANY_NODES, in 2027), one node, the same node FLEX."""
+    by_name = {r.name: r for r in adapter_for(version_of(name)).parse_reservations(reference(name))}
+    assert sorted(by_name) == ["flex", "lic", "maint"]
+    lic, maint, flex = by_name["lic"], by_name["maint"], by_name["flex"]
+    assert lic.start_time == datetime(2027, 1, 1, tzinfo=UTC)
+    assert lic.flags == {"ANY_NODES"}
+    assert (lic.node_count, lic.licenses) == (0, "demo:1")
+    assert not lic.holds_nodes
+    assert maint.node_count == 1
+    assert maint.holds_nodes
+    assert maint.end_time is not None
+    assert maint.start_time is not None
+    assert (maint.end_time - maint.start_time).total_seconds() == 3600
+    assert "FLEX" in flex.flags
+    assert not flex.holds_nodes
 
 
 def test_v0038_held_job_17_rich_request(reference: Load) -> None:
