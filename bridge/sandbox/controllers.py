@@ -36,7 +36,10 @@ else is needed. See docs/ray-stack-notes.md.
 from __future__ import annotations
 
 import copy
+import ipaddress
+import os
 import re
+import socket
 import ssl
 import threading
 import time
@@ -56,6 +59,7 @@ __all__ = [
     "DEFAULT_KUEUE_FRAMEWORKS",
     "KUEUE_METRICS_CERT_DIR",
     "KUEUE_NAMESPACE",
+    "KUEUE_VISIBILITY_CERT_DIR",
     "KWOK_NODE_ANNOTATION",
     "KWOK_POD_COMPLETE_AFTER",
     "OPTIONAL_COMPONENTS",
@@ -68,6 +72,9 @@ __all__ = [
 
 KUEUE_NAMESPACE = "kueue-system"
 KUEUE_METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
+KUEUE_VISIBILITY_CERT_DIR = Path("/visibility")
+KUEUE_VISIBILITY_SERVICE = "visibility-server"
+KUEUE_VISIBILITY_VERSIONS = ("v1beta2", "v1beta1")
 DEFAULT_KUEUE_FRAMEWORKS = ("batch/job", "jobset.x-k8s.io/jobset")
 KWOK_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 KWOK_POD_COMPLETE_AFTER = "pod-complete.stage.kwok.x-k8s.io/delay"
@@ -121,6 +128,8 @@ class Controllers:
         self._running: dict[str, _Component] = {}
         self._argv: dict[str, tuple[list[str], dict[str, str]]] = {}
         self.ports: dict[str, int] = {}
+        self.visibility_address: str | None = None
+        """Where Kueue's visibility server listens; None: the host has no address but loopback."""
         self._lock = threading.RLock()
 
     # -- public surface ------------------------------------------------------------------------
@@ -150,6 +159,8 @@ class Controllers:
                 self._launch(name)
             for name in self.components:
                 self._wait_ready(name)
+            if "kueue" in self.components:
+                self._register_kueue_visibility()
         except BaseException:
             self.stop()
             raise
@@ -314,8 +325,11 @@ class Controllers:
         directory = self._component_dir("kueue")
         certs = self.control_plane.certificates
         certs_dir = certs.write_serving_pair(directory / "webhook-certs")
-        _ensure_kueue_metrics_certs(certs)
+        _ensure_kueue_fixed_certs(certs, KUEUE_METRICS_CERT_DIR, what="metrics")
+        _ensure_kueue_fixed_certs(certs, KUEUE_VISIBILITY_CERT_DIR, what="visibility server")
         self.ports["kueue"] = free_port()
+        self.ports["kueue-visibility"] = free_port()
+        self.visibility_address = host_address()
         config: dict[str, Any] = {
             "apiVersion": "config.kueue.x-k8s.io/v1beta2",
             "kind": "Configuration",
@@ -328,14 +342,105 @@ class Controllers:
             "webhook": {"host": "127.0.0.1", "port": free_port(), "certDir": str(certs_dir)},
             "clientConnection": {"qps": 100, "burst": 200},
             "integrations": {"frameworks": list(self.kueue_frameworks)},
-            # An aggregated API server that needs an APIService and front-proxy set-up: not here.
-            "featureGates": {"VisibilityOnDemand": False},
+            # The visibility API (pending workloads and their positions), served to the API server's
+            # aggregator (front-proxy) through an APIService: _register_kueue_visibility.
+            # An EndpointSlice may not hold a loopback address: it listens on the host's own address
+            # (none: no visibility API; delegated authentication guards it either way).
+            "visibilityServer": {
+                "bindAddress": self.visibility_address or "127.0.0.1",
+                "bindPort": self.ports["kueue-visibility"],
+            },
+            "featureGates": {"VisibilityOnDemand": self.visibility_address is not None},
         }
         config = _deep_merge(config, self.kueue_config)
         config_path = directory / "config.yaml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-        argv = [str(binary), f"--config={config_path}", "--zap-log-level=info"]
+        # --kubeconfig, not only KUBECONFIG: the visibility server reads the flag to delegate
+        # authentication and authorization to the API server.
+        argv = [
+            str(binary),
+            f"--config={config_path}",
+            f"--kubeconfig={self.control_plane.kubeconfig}",
+            "--zap-log-level=info",
+        ]
         return argv, {"KUBECONFIG": str(self.control_plane.kubeconfig)}
+
+    def _register_kueue_visibility(self) -> None:
+        """Make Kueue's visibility server an aggregated API of this stack's API server, and wait until
+        the API server reaches it. The Service is an ExternalName one (``localhost``): the aggregator
+        resolves it to the host and port directly, where an Endpoint may not hold a loopback address.
+        The server's certificate is self-signed (as Kueue's own manifests have it: TLS not verified)."""
+        client = self.control_plane.client
+        port = self.ports["kueue-visibility"]
+        address = self.visibility_address
+        if address is None:
+            return
+        client.apply(
+            f"/api/v1/namespaces/{KUEUE_NAMESPACE}/services",
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": KUEUE_VISIBILITY_SERVICE, "namespace": KUEUE_NAMESPACE},
+                "spec": {"ports": [{"name": "https", "port": port, "protocol": "TCP"}]},
+            },
+        )
+        client.apply(
+            f"/apis/discovery.k8s.io/v1/namespaces/{KUEUE_NAMESPACE}/endpointslices",
+            {
+                "apiVersion": "discovery.k8s.io/v1",
+                "kind": "EndpointSlice",
+                "metadata": {
+                    "name": KUEUE_VISIBILITY_SERVICE,
+                    "namespace": KUEUE_NAMESPACE,
+                    "labels": {
+                        "kubernetes.io/service-name": KUEUE_VISIBILITY_SERVICE,
+                        "endpointslice.kubernetes.io/managed-by": "k8s-bridge-sandbox",
+                    },
+                },
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
+                "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+            },
+        )
+        for version in KUEUE_VISIBILITY_VERSIONS:
+            client.apply(
+                "/apis/apiregistration.k8s.io/v1/apiservices",
+                {
+                    "apiVersion": "apiregistration.k8s.io/v1",
+                    "kind": "APIService",
+                    "metadata": {"name": f"{version}.visibility.kueue.x-k8s.io"},
+                    "spec": {
+                        "group": "visibility.kueue.x-k8s.io",
+                        "version": version,
+                        "groupPriorityMinimum": 100,
+                        "versionPriority": 100,
+                        "insecureSkipTLSVerify": True,
+                        "service": {
+                            "name": KUEUE_VISIBILITY_SERVICE,
+                            "namespace": KUEUE_NAMESPACE,
+                            "port": port,
+                        },
+                    },
+                },
+            )
+
+        def available() -> bool:
+            for version in KUEUE_VISIBILITY_VERSIONS:
+                status = client.get(
+                    f"/apis/apiregistration.k8s.io/v1/apiservices/{version}.visibility.kueue.x-k8s.io"
+                ).get("status", {})
+                conditions = {c.get("type"): c.get("status") for c in status.get("conditions", [])}
+                if conditions.get("Available") != "True":
+                    return False
+            return True
+
+        wait_until(
+            available,
+            timeout=self.start_timeout,
+            what="Kueue's visibility API through the API server",
+            process=self._running["kueue"].process,
+            interval=0.25,
+        )
 
     def _prepare_kuberay(self, binary: Path) -> tuple[list[str], dict[str, str]]:
         self.ports["kuberay"] = free_port()
@@ -353,16 +458,33 @@ class Controllers:
         return argv, {"KUBECONFIG": str(self.control_plane.kubeconfig)}
 
 
-def _ensure_kueue_metrics_certs(certs: Certificates) -> None:
-    """Kueue reads its metrics pair from a fixed path when internal certs are off: provide one once."""
-    crt, key = KUEUE_METRICS_CERT_DIR / "tls.crt", KUEUE_METRICS_CERT_DIR / "tls.key"
+def host_address() -> str | None:
+    """The host's own IPv4 address on its default route (no packet is sent); None without one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("10.255.255.255", 9))
+            address = str(probe.getsockname()[0])
+        except OSError:
+            return None
+    return None if ipaddress.ip_address(address).is_loopback or address == "0.0.0.0" else address  # noqa: S104
+
+
+def _ensure_kueue_fixed_certs(certs: Certificates, directory: Path, *, what: str) -> None:
+    """Kueue reads its metrics and visibility server pairs from fixed paths when internal certs are
+    off: provide each once (any pair serves: nobody verifies them against this stack's CA). Written
+    aside and renamed, as another stack may be reading the same files at the same moment."""
+    crt, key = directory / "tls.crt", directory / "tls.key"
     if crt.is_file() and key.is_file():
         return
     try:
-        certs.write_serving_pair(KUEUE_METRICS_CERT_DIR)
+        aside = certs.write_serving_pair(
+            directory, cert_name=f".tls.crt.{os.getpid()}", key_name=f".tls.key.{os.getpid()}"
+        )
+        os.replace(aside / f".tls.key.{os.getpid()}", key)
+        os.replace(aside / f".tls.crt.{os.getpid()}", crt)
     except OSError as error:
         raise StackError(
-            f"Kueue needs a metrics certificate at {crt} and {key} (fixed in cmd/kueue when internal "
+            f"Kueue needs a {what} certificate at {crt} and {key} (fixed in cmd/kueue when internal "
             f"certificate management is off) and they could not be written: {error}. Create that "
             "folder writable, or place any PEM certificate/key pair there."
         ) from error
