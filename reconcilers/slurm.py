@@ -65,6 +65,7 @@ import structlog
 
 from bridge.admission import (
     JOB_UID_LABEL,
+    QUEUE_NAME_LABEL,
     JobSetState,
     JobSetView,
     WorkloadState,
@@ -95,6 +96,7 @@ from bridge.slurmrest.errors import (
     SlurmAuthError,
     SlurmUnavailable,
 )
+from reconcilers.queue_positions import QueuePosition, QueuePositions, position_text
 from reconcilers.slurm_reservations import ReservationCache
 from reconcilers.slurm_waiting import (
     RETRY_AFTER_GIVE_BACK,
@@ -200,6 +202,7 @@ WAIT_FOR_BEGIN = 60.0
 """Longest wait between looks at a job that is not bridged until a time (its begin time, a retry)."""
 WAIT_FOR_DEPENDENCY = 30.0
 WAIT_FOR_RESERVATION = 15.0
+WAIT_FOR_POSITION = 60.0
 """Seconds between looks at a job waiting for a dependency on a job outside the bridged partitions."""
 WAIT_FOR_SLOT = 10.0
 """Seconds between looks while ``limits.maxBridgedJobs`` JobSets exist."""
@@ -536,6 +539,8 @@ class Observed:
     dependees: Mapping[int, SlurmJob | None] | None = None
     """The jobs this job depends on, as last polled (None: gone from slurmctld); None when it depends
     on none, or nobody looked."""
+    queue_position: QueuePosition | None = None
+    """Where the pending Workload stands in its ClusterQueue (Kueue's visibility API), when served."""
     reservations: Mapping[str, SlurmReservation] | None = None
     """slurmctld's reservations by name, as last listed, for a job that asks for one; None when it
     asks for none, or nobody could look."""
@@ -739,15 +744,26 @@ def _polite_comment(job: SlurmJob, text: str) -> tuple[Action, ...]:
     return (WriteComment(text=text),)
 
 
-def _queue_text(wl: WorkloadView | None) -> str | None:
+def _queue_text(wl: WorkloadView | None, position: QueuePosition | None = None) -> str | None:
     """What Kueue says of a Workload that waits, for the job's comment; None when it says nothing.
 
     Numbers are dropped ("1 more needed"): they change as other jobs are admitted, and each change
-    would be one more write to slurmctld for every job in the queue."""
+    would be one more write to slurmctld for every job in the queue. The position, where Kueue
+    serves it, is shown exactly near the head only (:func:`position_text`), for the same reason."""
     if wl is None or not (wl.reason or wl.message):
         return None
     message = re.sub(r",? *[0-9.]+[A-Za-z]* more needed", "", wl.message)
-    return _one_line(f"{COMMENT_PREFIX}queued in Kueue: {wl.reason or 'Pending'}: {message}")
+    place = f" ({position_text(position)})" if position is not None else ""
+    return _one_line(f"{COMMENT_PREFIX}queued in Kueue{place}: {wl.reason or 'Pending'}: {message}")
+
+
+def _look_again_while_queued(o: Observed, *, told: bool) -> float | None:
+    """When to look again at a job waiting in Kueue: once its comment may be written, if one is due;
+    every ``WAIT_FOR_POSITION`` seconds while Kueue serves positions (they move without an event on
+    this job's Workload); else on the next change."""
+    if not told and _queue_text(o.workload, o.queue_position) is not None and not o.comment_due:
+        return o.comment_retry
+    return WAIT_FOR_POSITION if o.queue_position is not None else None
 
 
 def never_admissible(wl: WorkloadView) -> bool:
@@ -760,7 +776,7 @@ def _queued_comment(o: Observed, job: SlurmJob) -> tuple[Action, ...]:
     """While Kueue keeps the job waiting, its comment says why (``squeue -o %k``): over an empty
     comment or the bridge's own only, at a bounded rate (``Observed.comment_due``), with a Warning
     Event when the Workload can never be admitted as things are."""
-    text = _queue_text(o.workload)
+    text = _queue_text(o.workload, o.queue_position)
     if text is None or not o.comment_due or not _polite_comment(job, text):
         return ()
     assert o.workload is not None
@@ -1114,7 +1130,7 @@ def _decide_bridged(o: Observed, job: SlurmJob) -> Decision:
         return Decision(
             actions=(*pre, *convert, *told),
             phase=Phase.QUEUED,
-            requeue_after=o.comment_retry if not told and _queue_text(wl) is not None else None,
+            requeue_after=_look_again_while_queued(o, told=bool(told)),
             why=f"waiting for Kueue (Workload {state})",
         )
     if wl.state in (WorkloadState.EVICTED, WorkloadState.PREEMPTED):
@@ -1478,6 +1494,7 @@ class SlurmReconciler:
         metrics: SlurmMetrics,
         child_jobs: Store | None = None,
         reservations: ReservationCache | None = None,
+        queue_positions: QueuePositions | None = None,
         nodes_trigger: Callable[[], None] | None = None,
         recorder: EventRecorder | None = None,
         on_phases: Callable[[Mapping[str, int]], None] | None = None,
@@ -1490,6 +1507,7 @@ class SlurmReconciler:
         self._config = config
         self._jobs = jobs
         self._reservations = reservations
+        self._queue_positions = queue_positions
         self.observer = SlurmObserver(
             config=config,
             jobsets=jobsets,
@@ -1567,6 +1585,24 @@ class SlurmReconciler:
             return None
         return await self._reservations.get()
 
+    async def _with_queue_position(self, observed: Observed, raw_js: Object | None) -> Observed:
+        """``observed`` with its Workload's place in line, while the Workload waits for quota."""
+        wl = observed.workload
+        if (
+            self._queue_positions is None
+            or raw_js is None
+            or wl is None
+            or wl.state is not WorkloadState.PENDING
+        ):
+            return observed
+        queue = ((raw_js.get("metadata") or {}).get("labels") or {}).get(QUEUE_NAME_LABEL)
+        if not queue:
+            return observed
+        position = await self._queue_positions.position(
+            namespace=wl.namespace, local_queue=str(queue), workload=wl.name
+        )
+        return replace(observed, queue_position=position) if position is not None else observed
+
     async def _fresh_job(self, job_id: int) -> SlurmJob | None:
         try:
             return await self._slurm.get_job(job_id)
@@ -1583,6 +1619,7 @@ class SlurmReconciler:
         key = job_key(cluster, job_id)
         job = self._jobs.job(job_id)
         observed, raw_js = self.observe(job_id, job, reservations=await self._reservations_for(job))
+        observed = await self._with_queue_position(observed, raw_js)
         decision = decide(observed)
         try:
             if decision.needs_confirmation:
@@ -1593,6 +1630,7 @@ class SlurmReconciler:
                 observed, raw_js = self.observe(
                     job_id, fresh, reservations=await self._reservations_for(fresh)
                 )
+                observed = await self._with_queue_position(observed, raw_js)
                 decision = decide(observed)
             self._track(key, decision)
             if decision.actions:

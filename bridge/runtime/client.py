@@ -43,9 +43,19 @@ class Client:
 
     # --- reads ------------------------------------------------------------------------------------
 
-    async def get(self, api_version: str, kind: str, name: str, *, namespace: str | None = None) -> Object:
+    async def get(
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
+    ) -> Object:
         res = await self.resource(api_version, kind)
-        result: Object = await self._call("GET", res.path(namespace=namespace, name=name))
+        result: Object = await self._call(
+            "GET", res.path(namespace=namespace, name=name, subresource=subresource)
+        )
         return result
 
     async def list(

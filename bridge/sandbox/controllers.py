@@ -15,7 +15,10 @@ the defaults their webhooks would have set (see ../shared/reference/kueue-jobset
 internal certificates off, insists on a metrics certificate at the fixed path
 ``/etc/kueue/metrics/certs/tls.{crt,key}``: when absent, a self-signed pair is written there (the
 only file this stack puts outside its temporary directory; it is never overwritten or removed, as
-another stack may be using it). Kueue's visibility server (an aggregated API) is switched off.
+another stack may be using it); the same for its visibility server's pair at ``/visibility``. That
+server (an aggregated API: pending Workloads and their positions) listens on the host's own address
+and is registered with the API server by an APIService per version, a selector-less Service and an
+EndpointSlice (which may not hold a loopback address).
 
 kwok runs standalone, so it gets its Stages from ``kwok_stages.yaml`` (the defaults kwokctl would
 write, except that pods complete only when annotated with :data:`KWOK_POD_COMPLETE_AFTER`), and

@@ -29,7 +29,11 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         group="batch", resource="jobs", verbs=frozenset({"list", "watch"}),
-        why="the JobSets' Jobs (completed indexes outlive their pods)",
+        why="the JobSets' Jobs (completed indexes and failed counts outlive their pods)",
+    ),
+    Rule(
+        group="visibility.kueue.x-k8s.io", resource="localqueues/pendingworkloads", verbs=frozenset({"get"}),
+        why="where a waiting job stands in its queue, for its Slurm comment (Kueue's visibility API)",
     ),
     Rule(
         group="", resource="secrets", verbs=frozenset({"get", "list", "watch"}),

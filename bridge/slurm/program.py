@@ -56,6 +56,7 @@ from bridge.runtime.handlers import Object
 from bridge.runtime.informer import Informer, SharedInformerFactory
 from bridge.slurmrest.auth import CallableToken, FileToken, TokenSource
 from bridge.slurmrest.errors import InvalidJobId, SlurmError
+from reconcilers.queue_positions import QueuePositions
 from reconcilers.slurm import (
     INDEX_DEPENDS_ON,
     INDEX_JOB,
@@ -290,6 +291,7 @@ class SlurmBridge(BridgeProgram):
             nodes=nodes.store,
             child_jobs=kube.child_jobs.store,
             reservations=ReservationCache(list_reservations=slurm.list_reservations),
+            queue_positions=QueuePositions(client=shell.client),
             nodes_trigger=nodes.trigger,
             metrics=metrics,
             recorder=shell.recorder,

@@ -151,6 +151,14 @@ async def test_jobs_slurm_would_not_start_take_no_quota_and_an_administrators_ho
             timeout=60, what="to say why it waits in Kueue", stack=e2e, bridge=bridge,
         )  # fmt: skip
         assert "insufficient unused quota" in queued.comment, queued.comment
+        # and where it stands in line, from Kueue's visibility API: first (B, C and D take no place)
+        placed = await wait_job(
+            slurm_client, a, until=comment_says("(1st in its ClusterQueue)"), timeout=150,
+            what="to say where it stands in its ClusterQueue", stack=e2e, bridge=bridge,
+        )  # fmt: skip
+        assert placed.comment.startswith("k8s-bridge: queued in Kueue (1st in its ClusterQueue): "), (
+            placed.comment
+        )
         assert workload_state_of(e2e, jobset_name(e2e.cluster_name, a)) != WorkloadState.ADMITTED
 
         done_a = await wait_job(
