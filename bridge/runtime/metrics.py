@@ -40,9 +40,11 @@ __all__ = [
     "LightHistogram",
     "QueueStats",
     "RuntimeMetrics",
+    "WebhookMetrics",
     "WorkQueueCollector",
     "gauge_by_label",
     "runtime_metrics",
+    "webhook_metrics",
 ]
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -229,6 +231,31 @@ class RuntimeMetrics:
         )
 
 
+class WebhookMetrics:
+    """controller-runtime's admission webhook families; only a program that serves a webhook has them
+    (get them with ``webhook_metrics(registry)``)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.webhook_requests_total = Counter(
+            "controller_runtime_webhook_requests_total",
+            "Total number of admission requests by HTTP status code.",
+            ["webhook", "code"],
+            registry=registry,
+        )
+        self.webhook_latency_seconds = Histogram(
+            "controller_runtime_webhook_latency_seconds",
+            "Histogram of the latency of processing admission requests",
+            ["webhook"],
+            registry=registry,
+        )
+        self.webhook_requests_in_flight = Gauge(
+            "controller_runtime_webhook_requests_in_flight",
+            "Current number of admission requests being served.",
+            ["webhook"],
+            registry=registry,
+        )
+
+
 _BY_REGISTRY: weakref.WeakKeyDictionary[CollectorRegistry, RuntimeMetrics] = weakref.WeakKeyDictionary()
 
 
@@ -252,3 +279,16 @@ def gauge_by_label(
     for value, count in sorted(rest.items()):
         family.add_metric([value], count)
     return family
+
+
+_WEBHOOK_BY_REGISTRY: weakref.WeakKeyDictionary[CollectorRegistry, WebhookMetrics] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def webhook_metrics(registry: CollectorRegistry = REGISTRY) -> WebhookMetrics:
+    """The webhook server's metrics on ``registry``, created and registered on first use."""
+    metrics = _WEBHOOK_BY_REGISTRY.get(registry)
+    if metrics is None:
+        metrics = _WEBHOOK_BY_REGISTRY[registry] = WebhookMetrics(registry)
+    return metrics
