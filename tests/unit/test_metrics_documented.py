@@ -4,7 +4,8 @@ documented one is registered, and no label could carry a job's identity.
 Each bridge's registry is built as its program builds it (the runtime's families, a controller and
 its work queue, the informers' collector, the bridge's own families, the webhook server's for the Ray
 bridge, the process collectors), and every family is given one series, so the labels compared are
-the ones a scrape would show. The end-to-end tier checks the same against the running programs.
+the ones a scrape would show (the program's Session counts its API requests on the same registry).
+The end-to-end tier checks the same against the running programs.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from bridge.ray.metrics import ray_metrics
 from bridge.runtime.controller import Controller, Request, Result
 from bridge.runtime.informer import Informer, informer_collector
-from bridge.runtime.metrics import runtime_metrics, webhook_metrics
+from bridge.runtime.metrics import rest_client_metrics, runtime_metrics, webhook_metrics
 from bridge.runtime.reflector import ReflectorStats
 from bridge.slurm.metrics import slurm_metrics
 from tests.metrics_catalogue import BRIDGES, FORBIDDEN_LABELS, documented_metrics, exposed_name
@@ -75,7 +76,7 @@ def bridge_registry(bridge: str) -> tuple[CollectorRegistry, list[object]]:
     informer = _InformerStandIn(name="batch/v1/jobs")
     keep.append(informer)
     informer_collector(registry).add(cast(Informer, informer))
-    holders: list[object] = [runtime]
+    holders: list[object] = [runtime, rest_client_metrics(registry)]
     if bridge == "slurm":
         slurm = slurm_metrics(registry)
         slurm.live.phases = lambda: {"running": 1}
