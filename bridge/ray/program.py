@@ -305,7 +305,11 @@ class RayBridge(BridgeProgram):
             host, port = bind_address(s.webhook_bind_address) or ("0.0.0.0", 9443)  # noqa: S104
             cert_dir = Path(s.webhook_cert_dir)
             server = WebhookServer(
-                host=host, port=port, cert_file=cert_dir / "tls.crt", key_file=cert_dir / "tls.key"
+                host=host,
+                port=port,
+                cert_file=cert_dir / "tls.crt",
+                key_file=cert_dir / "tls.key",
+                registry=self.registry,
             )
             gate = GateWebhook(
                 config=config,

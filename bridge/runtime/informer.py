@@ -32,7 +32,14 @@ from bridge.runtime.handlers import EventHandler, Object
 from bridge.runtime.metrics import REGISTRY
 from bridge.runtime.reflector import Reflector, ReflectorSettings, ReflectorStats
 
-__all__ = ["DEFAULT_RESYNC_PERIOD", "Dispatcher", "Informer", "SharedInformerFactory"]
+__all__ = [
+    "DEFAULT_RESYNC_PERIOD",
+    "Dispatcher",
+    "Informer",
+    "InformerCollector",
+    "SharedInformerFactory",
+    "informer_collector",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -164,7 +171,8 @@ class InformerCollector(Collector):
 _COLLECTORS: weakref.WeakKeyDictionary[CollectorRegistry, InformerCollector] = weakref.WeakKeyDictionary()
 
 
-def _collector(registry: CollectorRegistry) -> InformerCollector:
+def informer_collector(registry: CollectorRegistry) -> InformerCollector:
+    """The informers' collector on ``registry``, registered on first use."""
     collector = _COLLECTORS.get(registry)
     if collector is None:
         collector = _COLLECTORS[registry] = InformerCollector()
@@ -215,9 +223,9 @@ class Informer(Dispatcher):
         self._metrics: InformerCollector | None = None
         if registry is not None:
             if metrics_while_running:
-                self._metrics = _collector(registry)
+                self._metrics = informer_collector(registry)
             else:
-                _collector(registry).add(self)
+                informer_collector(registry).add(self)
 
     @property
     def failing(self) -> bool:

@@ -39,10 +39,14 @@ __all__ = [
     "WORKQUEUE_DURATION_BUCKETS",
     "LightHistogram",
     "QueueStats",
+    "RestClientMetrics",
     "RuntimeMetrics",
+    "WebhookMetrics",
     "WorkQueueCollector",
     "gauge_by_label",
+    "rest_client_metrics",
     "runtime_metrics",
+    "webhook_metrics",
 ]
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -229,6 +233,31 @@ class RuntimeMetrics:
         )
 
 
+class WebhookMetrics:
+    """controller-runtime's admission webhook families; only a program that serves a webhook has them
+    (get them with ``webhook_metrics(registry)``)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.webhook_requests_total = Counter(
+            "controller_runtime_webhook_requests_total",
+            "Total number of admission requests by HTTP status code.",
+            ["webhook", "code"],
+            registry=registry,
+        )
+        self.webhook_latency_seconds = Histogram(
+            "controller_runtime_webhook_latency_seconds",
+            "Histogram of the latency of processing admission requests",
+            ["webhook"],
+            registry=registry,
+        )
+        self.webhook_requests_in_flight = Gauge(
+            "controller_runtime_webhook_requests_in_flight",
+            "Current number of admission requests being served.",
+            ["webhook"],
+            registry=registry,
+        )
+
+
 _BY_REGISTRY: weakref.WeakKeyDictionary[CollectorRegistry, RuntimeMetrics] = weakref.WeakKeyDictionary()
 
 
@@ -252,3 +281,73 @@ def gauge_by_label(
     for value, count in sorted(rest.items()):
         family.add_metric([value], count)
     return family
+
+
+_WEBHOOK_BY_REGISTRY: weakref.WeakKeyDictionary[CollectorRegistry, WebhookMetrics] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def webhook_metrics(registry: CollectorRegistry = REGISTRY) -> WebhookMetrics:
+    """The webhook server's metrics on ``registry``, created and registered on first use."""
+    metrics = _WEBHOOK_BY_REGISTRY.get(registry)
+    if metrics is None:
+        metrics = _WEBHOOK_BY_REGISTRY[registry] = WebhookMetrics(registry)
+    return metrics
+
+
+REST_CLIENT_DURATION_BUCKETS: tuple[float, ...] = (
+    0.005,
+    0.025,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.0,
+    4.0,
+    8.0,
+    15.0,
+    30.0,
+    60.0,
+)
+"""client-go's buckets for ``rest_client_request_duration_seconds``."""
+
+
+class RestClientMetrics:
+    """client-go's ``rest_client_*`` families: every request to the API server, by status code.
+
+    ``host`` is the API server's host:port (one per session); ``code`` the HTTP status, or
+    ``<error>`` when no answer came (as client-go counts). Watches count when their headers arrive.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests_total = Counter(
+            "rest_client_requests_total",
+            "Number of HTTP requests, partitioned by status code, method, and host.",
+            ["code", "method", "host"],
+            registry=registry,
+        )
+        self.request_duration_seconds = Histogram(
+            "rest_client_request_duration_seconds",
+            "Request latency in seconds. Broken down by verb, and host.",
+            ["verb", "host"],
+            buckets=REST_CLIENT_DURATION_BUCKETS,
+            registry=registry,
+        )
+
+    def observe(self, *, method: str, host: str, code: str, seconds: float) -> None:
+        self.requests_total.labels(code, method, host).inc()
+        self.request_duration_seconds.labels(method, host).observe(seconds)
+
+
+_REST_BY_REGISTRY: weakref.WeakKeyDictionary[CollectorRegistry, RestClientMetrics] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def rest_client_metrics(registry: CollectorRegistry = REGISTRY) -> RestClientMetrics:
+    """The API client's metrics on ``registry``, created and registered on first use."""
+    metrics = _REST_BY_REGISTRY.get(registry)
+    if metrics is None:
+        metrics = _REST_BY_REGISTRY[registry] = RestClientMetrics(registry)
+    return metrics

@@ -6,23 +6,30 @@ clients decode every answer into models, which is far too slow for watches. So w
 configuration: load it, read host, CA, client certificate and token from its ``Configuration``, and
 drive one plain ``aiohttp.ClientSession`` ourselves. Tokens are refreshed through the same hooks
 kubernetes-asyncio uses (the in-cluster token file is re-read; an exec plugin runs again when its
-credential expires or the server answers 401). Credentials never appear in logs or reprs.
+credential expires or the server answers 401). Credentials never appear in logs or reprs. Every
+request is counted under client-go's ``rest_client_*`` names (by code, method and the server's
+host), so API call rates and errors show on the same dashboards as a Go controller's.
 """
 
 from __future__ import annotations
 
 import os
 import ssl
+import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import structlog
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client import Configuration
+from prometheus_client import CollectorRegistry
+
+from bridge.runtime.metrics import REGISTRY, rest_client_metrics
 
 __all__ = ["DEFAULT_TIMEOUT", "Session"]
 
@@ -48,8 +55,11 @@ class Session:
         configuration: Configuration | None = None,
         loader: Any = None,
         connection_limit: int = 0,
+        registry: CollectorRegistry = REGISTRY,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self._metrics = rest_client_metrics(registry)
+        self._host = urlsplit(self.base_url).netloc
         self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
         self._configuration = configuration
         self._loader = loader
@@ -158,16 +168,22 @@ class Session:
                 kwargs["server_hostname"] = self._server_hostname
             if self._proxy:
                 kwargs["proxy"] = self._proxy
-            response = await self.http.request(
-                method,
-                url,
-                params=params,
-                data=body,
-                headers=headers,
-                ssl=self._ssl,
-                timeout=client_timeout if client_timeout is not None else DEFAULT_TIMEOUT,
-                **kwargs,
-            )
+            started = time.perf_counter()
+            try:
+                response = await self.http.request(
+                    method,
+                    url,
+                    params=params,
+                    data=body,
+                    headers=headers,
+                    ssl=self._ssl,
+                    timeout=client_timeout if client_timeout is not None else DEFAULT_TIMEOUT,
+                    **kwargs,
+                )
+            except (aiohttp.ClientError, TimeoutError):
+                self._observe(method, "<error>", started)
+                raise
+            self._observe(method, str(response.status), started)
             if response.status == 401 and attempt == 0 and await self.refresh_credentials():
                 response.release()
                 continue
@@ -176,6 +192,10 @@ class Session:
             finally:
                 response.release()
             return
+
+    def _observe(self, method: str, code: str, started: float) -> None:
+        seconds = time.perf_counter() - started
+        self._metrics.observe(method=method, host=self._host, code=code, seconds=seconds)
 
     async def close(self) -> None:
         await self.http.close()

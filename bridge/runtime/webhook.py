@@ -9,6 +9,10 @@ calls for each handshake, SNI or not). A pair that does not load (half written) 
 Handlers are plain async functions of the review's ``request`` that return an
 :class:`AdmissionResponse`; the server handles the envelope, the ``uid``, base64 JSON patches and
 failures (a handler that raises answers "not allowed", code 500, never a broken HTTP reply).
+Each request is counted as controller-runtime's webhook server counts it
+(``controller_runtime_webhook_requests_total{webhook,code}``, the code being the review's result
+code: 200 allowed, the denial's code, 500 a handler failure, 400 a body that is no AdmissionReview),
+so the same alerts work.
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ from typing import Any
 
 import structlog
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
 from bridge.runtime.handlers import Object
+from bridge.runtime.metrics import REGISTRY, webhook_metrics
 
 __all__ = ["AdmissionHandler", "AdmissionResponse", "WebhookServer"]
 
@@ -139,7 +145,9 @@ class WebhookServer:
         host: str = "0.0.0.0",  # noqa: S104 - the API server reaches the pod on its IP
         port: int = 9443,
         reload_interval: float = 10.0,
+        registry: CollectorRegistry = REGISTRY,
     ) -> None:
+        self._metrics = webhook_metrics(registry)
         self._certs = _CertificateWatcher(cert_file, key_file)
         self._host = host
         self._port = port
@@ -212,12 +220,23 @@ class WebhookServer:
             self._certs.check()
 
     async def _serve(self, request: web.Request) -> web.Response:
+        m = self._metrics
+        with (
+            m.webhook_latency_seconds.labels(request.path).time(),
+            m.webhook_requests_in_flight.labels(request.path).track_inprogress(),
+        ):
+            code, response = await self._review(request)
+        m.webhook_requests_total.labels(request.path, str(code)).inc()
+        return response
+
+    async def _review(self, request: web.Request) -> tuple[int, web.Response]:
         try:
             review: Any = json.loads(await request.read())
             admission = review["request"]
             uid = str(admission["uid"])
         except (ValueError, KeyError, TypeError):
-            return web.json_response({"error": "expected an admission.k8s.io/v1 AdmissionReview"}, status=400)
+            error = {"error": "expected an admission.k8s.io/v1 AdmissionReview"}
+            return 400, web.json_response(error, status=400)
         handler = self._handlers[request.path]
         try:
             result = await handler(admission)
@@ -226,4 +245,5 @@ class WebhookServer:
             result = AdmissionResponse(
                 allowed=False, code=500, message=f"internal error: {type(exc).__name__}"
             )
-        return web.json_response(result.to_review(uid))
+        code = result.code if result.code is not None else (200 if result.allowed else 403)
+        return code, web.json_response(result.to_review(uid))

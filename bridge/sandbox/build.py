@@ -3,8 +3,9 @@
 Why a build step at all: the tests run against the real kube-apiserver, etcd, Kueue, JobSet, kwok
 and KubeRay operator, never a mock of them, and this machine can reach the Go module proxy but no
 release download site (the helm CLI that lints, renders and installs ``charts/k8s-bridge`` too: no
-helm is packaged for Debian or on PyPI). So every binary is built with ``go build`` from the module
-proxy, at a pinned version, into a cache outside the checkout keyed by that version
+helm is packaged for Debian or on PyPI; and Prometheus with promtool, which test the chart's alert
+rules and scrape the bridges in the end-to-end tier). So every binary is built with ``go build``
+from the module proxy, at a pinned version, into a cache outside the checkout keyed by that version
 (``~/.cache/k8s-bridge/bin/<component>-<version>/``): a warm run finds the binaries and builds
 nothing.
 
@@ -16,6 +17,7 @@ This module uses the standard library only, so that it runs before the project's
     python3 -m bridge.sandbox.build all        # build or restore everything, print the paths
     python3 -m bridge.sandbox.build paths      # print the paths as JSON (builds nothing)
     python3 -m bridge.sandbox.build matrix     # regenerate docs/compatibility-matrix.md
+    python3 -m bridge.sandbox.build prometheus # build or restore Prometheus and promtool only
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ class StackPaths:
     kwok: Path
     kuberay: Path
     helm: Path
+    prometheus: Path
+    promtool: Path
     crds: Mapping[str, Path]
 
     def as_json(self) -> str:
@@ -92,6 +96,8 @@ def stack_paths(versions: Mapping[str, Any] | None = None) -> StackPaths:
         kwok=root / "bin" / f"kwok-{versions['kwok']['version']}" / "kwok",
         kuberay=root / "bin" / f"kuberay-{versions['kuberay']['version']}" / "ray-operator",
         helm=root / "bin" / f"helm-{versions['helm']['version']}" / "helm",
+        prometheus=root / "bin" / f"prometheus-{versions['prometheus']['version']}" / "prometheus",
+        promtool=root / "bin" / f"prometheus-{versions['prometheus']['version']}" / "promtool",
         crds={
             name: root / "crds" / f"{name}-{versions[name]['version']}"
             for name in ("kueue", "jobset", "kuberay")
@@ -104,7 +110,7 @@ def _go() -> str:
     if go is None:
         raise MissingPrerequisiteError(
             "the Go toolchain ('go') is not on PATH: it builds kube-apiserver, etcd, Kueue, JobSet, "
-            "kwok, the KubeRay operator and helm from the Go module proxy. Install Go >= 1.26 "
+            "kwok, the KubeRay operator, helm and Prometheus from the Go module proxy. Install Go >= 1.26 "
             "(https://go.dev/doc/install) or set KUBEBUILDER_ASSETS and provide the binaries yourself."
         )
     return go
@@ -206,13 +212,21 @@ def build_kubernetes(versions: Mapping[str, Any]) -> None:
 
 
 def _go_build_module(
-    target_dir: Path, *, module: str, version: str, package: str, ldflags: str = "-s -w"
+    target_dir: Path,
+    *,
+    module: str,
+    version: str,
+    package: str,
+    ldflags: str = "-s -w",
+    also: tuple[str, ...] = (),
+    tags: tuple[str, ...] = (),
 ) -> None:
     """Build ``package`` of ``module@version`` in a throwaway wrapper module that requires it.
 
     Not ``go install <package>@<version>``: that asks the proxy for the module's version list (to
     check deprecation), which the proxy may refuse for modules it serves only by exact version
     (JobSet here). A wrapper module needs only the exact version, and its go.sum is written fresh.
+    ``also`` are more packages of the same module built in the same step; ``tags`` are build tags.
     """
 
     def build(scratch: Path) -> None:
@@ -221,9 +235,12 @@ def _go_build_module(
         (wrapper / "go.mod").write_text(
             f"module k8s-bridge.local/build\n\ngo 1.26.0\n\nrequire {module} {version}\n"
         )
-        (wrapper / "tools.go").write_text(f'//go:build tools\n\npackage tools\n\nimport _ "{package}"\n')
+        imports = "".join(f'import _ "{name}"\n' for name in (package, *also))
+        (wrapper / "tools.go").write_text(f"//go:build tools\n\npackage tools\n\n{imports}")
         _run([_go(), "mod", "tidy", "-e"], cwd=wrapper, env={"GOFLAGS": "-mod=mod"})
-        argv = [_go(), "build", "-trimpath", f"-ldflags={ldflags}", "-o", str(scratch) + "/", package]
+        tag_flags = [f"-tags={','.join(tags)}"] if tags else []
+        argv = [_go(), "build", "-trimpath", *tag_flags, f"-ldflags={ldflags}", "-o", str(scratch) + "/"]
+        argv += [package, *also]
         _run(argv, cwd=wrapper)
         shutil.rmtree(wrapper)
 
@@ -258,6 +275,34 @@ def build_helm(versions: Mapping[str, Any]) -> None:
     client_go = requires[requires.index("k8s.io/client-go") + 1]
     ldflags = _helm_ldflags(version, client_go=client_go)
     _go_build_module(target, module=module, version=version, package=f"{module}/cmd/helm", ldflags=ldflags)
+
+
+def _prometheus_ldflags(release: str) -> str:
+    """What Prometheus' release build (``.promu.yml``) links in: its version, for ``--version`` and the
+    ``prometheus_build_info`` metric (else both say nothing)."""
+    package = "github.com/prometheus/common/version"
+    stamps = {"Version": release, "Branch": "HEAD", "Revision": "release"}
+    return " ".join(["-s", "-w", *(f"-X {package}.{key}={value}" for key, value in stamps.items())])
+
+
+def build_prometheus(versions: Mapping[str, Any]) -> None:
+    """The Prometheus server and promtool, built from the module at its pinned version.
+
+    ``remove_all_sd`` leaves out every service discovery but the file and HTTP ones (the tests scrape
+    static targets) and their cloud SDKs; the web UI assets are not embedded (the HTTP API is all a
+    test uses).
+    """
+    paths = stack_paths(versions)
+    module, version = versions["prometheus"]["module"], versions["prometheus"]["version"]
+    _go_build_module(
+        paths.prometheus.parent,
+        module=module,
+        version=version,
+        package=f"{module}/cmd/prometheus",
+        also=(f"{module}/cmd/promtool",),
+        tags=("netgo", "remove_all_sd"),
+        ldflags=_prometheus_ldflags(versions["prometheus"]["release"]),
+    )
 
 
 def install_crds(versions: Mapping[str, Any]) -> None:
@@ -297,6 +342,7 @@ def build_all() -> StackPaths:
         module, version = versions[name]["module"], versions[name]["version"]
         _go_build_module(binary.parent, module=module, version=version, package=package)
     build_helm(versions)
+    build_prometheus(versions)
     install_crds(versions)
     return paths
 
@@ -332,6 +378,12 @@ def render_matrix(versions: Mapping[str, Any]) -> str:
             versions["helm"]["version"],
             f"`{versions['helm']['module']}/cmd/helm`",
         ),
+        (
+            "Prometheus and promtool (alert rule tests, the end-to-end scrape)",
+            versions["prometheus"]["release"],
+            f"`{versions['prometheus']['module']}` {versions['prometheus']['version']}, "
+            "`cmd/prometheus` and `cmd/promtool`",
+        ),
         ("Slurm", s["host_version"], f"Debian {s['host_release']} packages, REST {s['host_rest']}"),
         (
             "Slurm",
@@ -365,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("action", choices=["all", "paths", "matrix"])
+    parser.add_argument("action", choices=["all", "paths", "matrix", "prometheus"])
     args = parser.parse_args(argv)
     try:
         if args.action == "all":
@@ -373,6 +425,9 @@ def main(argv: list[str] | None = None) -> int:
             paths = build_all()
             print(paths.as_json())
             print(f"stack ready in {time.monotonic() - started:.1f}s", file=sys.stderr)
+        elif args.action == "prometheus":
+            build_prometheus(load_versions())
+            print(stack_paths().prometheus.parent)
         elif args.action == "paths":
             print(stack_paths().as_json())
         else:

@@ -1,6 +1,9 @@
 """The Ray bridge end to end, on the real stack: KubeRay operator, Kueue, JobSet, a shared Ray head and
 the bridge's Ray workers as real processes, the gate webhook called by the API server.
 
+The last test scrapes both bridges with a real Prometheus while a Slurm job and a RayJob go through
+them, and runs every dashboard query and every alert and recording rule against what it stored.
+
 One Slurm version (22.05, the host's): the Ray side does not depend on it, and the pool is shared with
 the Slurm bridge's ClusterQueue (2 CPU: quota for one 2-worker RayJob). Every test is checked for
 leaks by the ``e2e`` fixture (the pool's) and by :meth:`RayPool.leaks` (RayJobs, JobSets, pods, Ray
@@ -13,6 +16,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,10 +24,18 @@ import pytest
 from bridge.admission import WorkloadState, describe_workload
 from bridge.sandbox.e2e import BridgeProcess, E2EStack
 from bridge.sandbox.processes import StackError
+from bridge.sandbox.prometheus import PrometheusServer
 from bridge.sandbox.ray_e2e import RayPool
 from bridge.sandbox.slurm import SlurmCluster
 from bridge.slurmrest import SlurmClient
+from tests.dashboard_queries import RULES_FILE
 from tests.fixtures.e2e import eventually, finished, wait_job
+from tests.fixtures.observability import (
+    catalogue_problems,
+    label_value_problems,
+    panel_problems,
+    rule_problems,
+)
 
 pytestmark = pytest.mark.ray
 
@@ -284,3 +296,68 @@ async def test_one_pool_a_slurm_job_preempts_the_ray_workers_and_nothing_leaks(
     finally:
         ray.delete_rayjob(name)
         pool.client.delete(f"{jobs_path}/plain")
+
+
+async def test_a_real_prometheus_scraping_both_bridges_answers_every_panel_and_rule(
+    ray: RayPool, slurm_client: SlurmClient, tmp_path: Path
+) -> None:
+    """One Slurm job and one RayJob through the bridges (both leader-elected), scraped every second;
+    then: every exported series is documented and every documented family was exported, no label value
+    names a job, every panel query returns numbers over the run, and every rule loads, evaluates and
+    reads series (with the labels and exact label values it matches) that were stored."""
+    pool = ray.pool
+    slurm_bridge = pool.bridge("--leader-elect").start()
+    ray_bridge = ray.bridge("--leader-elect").start()
+    ray.wait_gate_serving(ray_bridge)
+    prometheus = PrometheusServer(
+        group=pool.group,
+        workdir=tmp_path / "prometheus",
+        targets={"slurm": slurm_bridge.metrics_port, "ray": ray_bridge.metrics_port},
+        rule_files=[RULES_FILE],
+    ).start()
+    since = time.time()
+    name = _name("observed")
+    try:
+        await eventually(lambda: prometheus.targets_up() == {"slurm": "up", "ray": "up"},
+                         timeout=TIMEOUT, what="both bridges scraped")  # fmt: skip
+        cluster = pool.slurm
+        job_id = cluster.sbatch(
+            "-N1", "--ntasks-per-node=1", "--mem=400", "--job-name=observed",
+            # Long enough for the bridge to see it RUNNING (the release latency is observed then).
+            f"--output={cluster.jobs_dir}/job-%j.out", script="#!/bin/sh\nsrun sleep 8\n",
+        )  # fmt: skip
+        done = await wait_job(slurm_client, job_id, until=finished, timeout=TIMEOUT, what="to finish",
+                              stack=pool, bridge=slurm_bridge)  # fmt: skip
+        assert done.state == "COMPLETED", done
+        created = ray.create_rayjob(ray.rayjob(name, entrypoint=DRIVER.format(sleep=1), workers=1))
+        assert created["metadata"]["annotations"].get(GATE_ANNOTATION)
+        finished_ray = await _job_status_is(ray, name, {"SUCCEEDED", "FAILED"}, ray_bridge)
+        assert finished_ray["jobStatus"] == "SUCCEEDED"
+        # Both releases scraped, and the SLO rules evaluated over them.
+        for stored in (
+            'k8s_bridge_slurm_admitted_to_running_seconds_count{bridge="slurm"} > 0',
+            'k8s_bridge_ray_admitted_to_running_seconds_count{bridge="ray"} > 0',
+            'k8s_bridge:slo_errors:ratio_rate5m{slo="slurm_release"} >= 0',
+            'k8s_bridge:slo_errors:ratio_rate5m{slo="ray_release"} >= 0',
+        ):
+            await eventually(lambda q=stored: prometheus.query(q), timeout=TIMEOUT, what=stored)  # type: ignore[misc]
+        end = time.time()
+
+        jobsets = {js["metadata"]["name"] for js in ray.jobsets()}
+        identities = {name, str(created["metadata"]["uid"]), *jobsets}
+        problems = [
+            *catalogue_problems(prometheus, bridge="slurm", since=since),
+            *catalogue_problems(prometheus, bridge="ray", since=since),
+            *label_value_problems(prometheus, since=since, identities=identities),
+            *panel_problems(prometheus, start=since, end=end),
+            *rule_problems(prometheus, since=since),
+        ]
+        alerts = prometheus.api("alerts")["alerts"]
+        active = sorted({f"{a['labels']['alertname']} {a['state']}" for a in alerts})
+        print("alerts pending or firing at the end of the run:", active or "none")
+        assert problems == [], "\n".join(problems)
+    finally:
+        prometheus.stop()
+        ray.delete_rayjob(name)
+    await eventually(lambda: not ray.jobsets(), timeout=TIMEOUT, what="the worker JobSet deleted",
+                     describe=lambda: _describe(ray, ray_bridge))  # fmt: skip

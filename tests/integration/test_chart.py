@@ -17,8 +17,10 @@ What is checked, and against what:
   naming the field; and the checks the schema cannot express (``fail`` in the templates);
 - every rendered object sent to a real kube-apiserver (Kueue, JobSet, KubeRay and WorkloadMixing
   CRDs installed) as a server-side dry-run apply: the API server's own validation, CRD schemas and
-  CEL rules included. ServiceMonitor, Certificate and Issuer are only read (their CRDs are not part
-  of the stack);
+  CEL rules included. ServiceMonitor, PrometheusRule, Certificate and Issuer are only read (their
+  CRDs are not part of the stack);
+- monitoring: the PrometheusRule is off by default and, when on, is the rules file promtool tests,
+  unchanged; each ServiceMonitor labels its bridge's series the way those rules select them;
 - a real ``helm install``, ``upgrade`` and ``uninstall`` on that API server: the webhook certificate is
   kept across an upgrade, made again (both CAs in the caBundle) when it is due for renewal, and
   uninstalling leaves nothing of the release.
@@ -64,7 +66,8 @@ NAMESPACE = "k8s-bridge"
 RELEASE = "k8s-bridge"
 WEBHOOK_NAME = "gate.ray.k8s-bridge.io"
 # Kinds whose CRDs the stack does not install: read here, not dry-run.
-NOT_SERVED = {"ServiceMonitor", "Certificate", "Issuer"}
+NOT_SERVED = {"ServiceMonitor", "PrometheusRule", "Certificate", "Issuer"}
+RULES_FILE = CHART / "files" / "prometheus-rules.yaml"
 JWT = ("slurm", "slurm-jwt")
 _PEM = Encoding.PEM
 
@@ -449,6 +452,8 @@ HOSTILE: list[tuple[dict[str, Any], str]] = [
     ({"replicaCount": 3}, "additional properties 'replicaCount' not allowed"),
     ({"rayBridge.webhook.certificate.lifetime": 3}, "additional properties 'lifetime' not allowed"),
     ({"rayBridge.webhook.failurePolicy": "Maybe"}, "value must be one of 'Ignore', 'Fail'"),
+    ({"prometheusRule.enabled": "yes"}, "at '/prometheusRule/enabled': got string, want boolean"),
+    ({"prometheusRule.rules": []}, "additional properties 'rules' not allowed"),
     (
         {"rayBridge.webhook.certificate.source": "vault"},
         "value must be one of 'helm', 'cert-manager', 'secret'",
@@ -486,6 +491,36 @@ def test_what_the_schema_cannot_say_is_refused_by_the_templates(
     done = helm(helm_env, "template", RELEASE, str(CHART), *_set_args(values))
     assert done.returncode != 0
     assert message in done.stderr
+
+
+# --- monitoring --------------------------------------------------------------------------------------
+
+
+def test_the_prometheus_rule_is_off_by_default(helm_env: dict[str, str]) -> None:
+    assert [o for o in render(helm_env) if o["kind"] == "PrometheusRule"] == []
+
+
+def test_the_prometheus_rule_is_the_rules_file_promtool_tests(helm_env: dict[str, str]) -> None:
+    objects = render(helm_env, {"prometheusRule.enabled": True, "prometheusRule.labels": {"team": "hpc"}})
+    rule = _one(objects, "PrometheusRule")
+    assert rule["metadata"]["namespace"] == NAMESPACE
+    assert rule["metadata"]["labels"]["team"] == "hpc"
+    assert rule["spec"] == yaml.safe_load(RULES_FILE.read_text())
+    # Not templated by helm: the alerts' own templates reach Prometheus.
+    rules = [r for group in rule["spec"]["groups"] for r in group["rules"]]
+    summaries = [r["annotations"]["summary"] for r in rules if "alert" in r]
+    assert any("{{ $labels.bridge }}" in summary for summary in summaries)
+
+
+@pytest.mark.parametrize(("component", "bridge"), [("slurm-bridge", "slurm"), ("ray-bridge", "ray")])
+def test_each_service_monitor_labels_its_series_as_the_rules_select_them(
+    helm_env: dict[str, str], component: str, bridge: str
+) -> None:
+    objects = render(helm_env, {"serviceMonitor.enabled": True})
+    (monitor,) = [o for o in objects if o["kind"] == "ServiceMonitor" and _component(o) == component]
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["relabelings"] == [{"action": "replace", "targetLabel": "bridge", "replacement": bridge}]
+    assert f'bridge="{bridge}"' in RULES_FILE.read_text()
 
 
 # --- on a real API server ----------------------------------------------------------------------------

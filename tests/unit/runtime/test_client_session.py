@@ -5,11 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+import pytest
 import yaml
 from kubernetes_asyncio.client import Configuration
+from prometheus_client import CollectorRegistry
 
 from bridge.runtime.client import Client
 from bridge.runtime.discovery import Resource
+from bridge.runtime.errors import NotFound
 from bridge.runtime.session import Session
 from tests.fixtures.recording_apiserver import RecordingServer, Seen
 
@@ -81,3 +85,36 @@ async def test_basic_auth(server: RecordingServer) -> None:
     async with Session.from_configuration(configuration) as session:
         await Client(session).get("v1", "ConfigMap", "a", namespace="ns")
     assert server.requests[0].headers["Authorization"].startswith("Basic ")
+
+
+async def test_every_request_is_counted_by_code_method_and_host_as_client_go_does(
+    server: RecordingServer,
+) -> None:
+    def route(seen: Seen) -> tuple[int, object]:
+        if seen.path.endswith("/missing"):
+            return 404, {"kind": "Status", "code": 404, "reason": "NotFound"}
+        return 200, {"kind": "ConfigMap"}
+
+    server.route = route
+    registry = CollectorRegistry()
+    host = server.base_url.removeprefix("http://")
+    async with Session(base_url=server.base_url, registry=registry) as session:
+        client = client_for(session)
+        await client.get("v1", "ConfigMap", "a", namespace="ns")
+        await client.get("v1", "ConfigMap", "b", namespace="ns")
+        with pytest.raises(NotFound):
+            await client.get("v1", "ConfigMap", "missing", namespace="ns")
+    async with Session(base_url="http://127.0.0.1:9", registry=registry) as session:
+        with pytest.raises(aiohttp.ClientError):
+            async with session.request("GET", "/api"):
+                pass
+
+    def requests(code: str, host: str) -> float | None:
+        labels = {"code": code, "method": "GET", "host": host}
+        return registry.get_sample_value("rest_client_requests_total", labels)
+
+    assert requests("200", host) == 2
+    assert requests("404", host) == 1
+    assert requests("<error>", "127.0.0.1:9") == 1
+    duration = "rest_client_request_duration_seconds_count"
+    assert registry.get_sample_value(duration, {"verb": "GET", "host": host}) == 3

@@ -18,6 +18,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from prometheus_client import CollectorRegistry
 
 from bridge.runtime.handlers import Object
 from bridge.runtime.webhook import AdmissionResponse, WebhookServer
@@ -71,10 +72,20 @@ async def explode(request: Object) -> AdmissionResponse:
 
 
 @pytest.fixture
-async def server(tmp_path: Path) -> AsyncIterator[WebhookServer]:
+def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+@pytest.fixture
+async def server(tmp_path: Path, registry: CollectorRegistry) -> AsyncIterator[WebhookServer]:
     cert_file, key_file = write_pair(tmp_path, "first")
     webhook = WebhookServer(
-        cert_file=cert_file, key_file=key_file, host="127.0.0.1", port=0, reload_interval=0.05
+        cert_file=cert_file,
+        key_file=key_file,
+        host="127.0.0.1",
+        port=0,
+        reload_interval=0.05,
+        registry=registry,
     )
     webhook.register("/mutate", mutate)
     webhook.register("/explode", explode)
@@ -156,3 +167,27 @@ async def test_broken_pair_keeps_the_current_certificate(server: WebhookServer, 
     (tmp_path / "tls.key").write_text("half written")
     assert server.check_certificates() is False
     assert await peer_common_name(server) == "first"
+
+
+async def test_requests_are_counted_by_webhook_and_result_code_as_controller_runtime_does(
+    server: WebhookServer, registry: CollectorRegistry, tmp_path: Path
+) -> None:
+    cafile = tmp_path / "tls.crt"
+    await post(server, "/mutate", review("u-1", {"metadata": {}}), cafile)
+    await post(server, "/mutate", review("u-2", {"bad": True}), cafile)
+    await post(server, "/explode", review("u-3", {}), cafile)
+    await post(server, "/explode", {"not": "a review"}, cafile)
+
+    def requests(webhook: str, code: str) -> float | None:
+        return registry.get_sample_value(
+            "controller_runtime_webhook_requests_total", {"webhook": webhook, "code": code}
+        )
+
+    assert requests("/mutate", "200") == 1
+    assert requests("/mutate", "422") == 1
+    assert requests("/explode", "500") == 1
+    assert requests("/explode", "400") == 1
+    latency = "controller_runtime_webhook_latency_seconds_count"
+    assert registry.get_sample_value(latency, {"webhook": "/mutate"}) == 2
+    in_flight = "controller_runtime_webhook_requests_in_flight"
+    assert registry.get_sample_value(in_flight, {"webhook": "/explode"}) == 0

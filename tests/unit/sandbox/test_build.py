@@ -89,3 +89,21 @@ def test_helm_is_cached_by_version_and_built_by_build_all(
     assert versions["helm"]["module"] == "helm.sh/helm/v3"
     assert build.stack_paths().helm == tmp_path / "bin" / f"helm-{versions['helm']['version']}" / "helm"
     assert versions["helm"]["version"] in build.render_matrix(versions)
+
+
+def test_prometheus_and_promtool_are_cached_by_version_and_stamped_as_the_release(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("K8S_BRIDGE_CACHE", str(tmp_path))
+    versions = build.load_versions()
+    pinned = versions["prometheus"]
+    assert pinned["module"] == "github.com/prometheus/prometheus"
+    # The module's v0.<major><minor>.<patch> is the release major.minor.patch.
+    major, minor, patch = pinned["release"].split(".")
+    assert pinned["version"] == f"v0.{major}{int(minor):02d}.{patch}"
+    folder = tmp_path / "bin" / f"prometheus-{pinned['version']}"
+    assert build.stack_paths().prometheus == folder / "prometheus"
+    assert build.stack_paths().promtool == folder / "promtool"
+    assert pinned["release"] in build.render_matrix(versions)
+    flags = build._prometheus_ldflags(pinned["release"])
+    assert f"-X github.com/prometheus/common/version.Version={pinned['release']}" in flags
