@@ -285,14 +285,16 @@ class RestClient:
         query: Mapping[str, str] | None = None,
         content_type: str = "application/json",
         timeout: float | None = None,
+        accept: str = "application/json",
     ) -> Any:
-        """Send one request; the decoded JSON answer (or text), or :class:`ApiError` on HTTP >= 400."""
+        """Send one request; the decoded JSON answer (or text), or :class:`ApiError` on HTTP >= 400.
+        ``accept``: e.g. ``application/json;as=Table;v=v1;g=meta.k8s.io`` for the server's table view."""
         url = self.server + path
         if query:
             url += "?" + urllib.parse.urlencode(query)
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(url, data=data, method=method)  # noqa: S310 (https only)
-        request.add_header("Accept", "application/json")
+        request.add_header("Accept", accept)
         if data is not None:
             request.add_header("Content-Type", content_type)
         try:
