@@ -5,10 +5,10 @@ under their chart's ServiceAccounts with the audit log on (``KubeStack(audit=Tru
 what each ServiceAccount did with what its roles grant: a call outside them was refused (403), a
 grant never exercised is either explained or one too many.
 
-The log is JSON lines of ``audit.k8s.io/v1`` Events at Metadata level (:data:`bridge.sandbox.kube.AUDIT_POLICY`):
-one per request and stage; a watch has a ``ResponseStarted`` event when it starts and a
-``ResponseComplete`` one when it ends (none yet if it is still open), so events are merged by
-``auditID``. Pure functions: the caller reads the file.
+The log is JSON lines of ``audit.k8s.io/v1`` Events at Metadata level
+(:data:`bridge.sandbox.kube.AUDIT_POLICY`): one per request and stage; a watch has a
+``ResponseStarted`` event when it starts and a ``ResponseComplete`` one when it ends (none yet if it
+is still open), so events are merged by ``auditID``. Pure functions: the caller reads the file.
 """
 
 from __future__ import annotations
@@ -130,7 +130,9 @@ def by_user(events: Iterable[AuditEvent]) -> dict[str, list[AuditEvent]]:
 def calls(events: Iterable[AuditEvent]) -> set[tuple[str, str, str, str]]:
     """The distinct resource requests as ``(verb, resource, subresource, namespace)``."""
     return {
-        (e.call.verb, e.call.resource, e.call.subresource, e.call.namespace) for e in events if e.call.resource
+        (e.call.verb, e.call.resource, e.call.subresource, e.call.namespace)
+        for e in events
+        if e.call.resource
     }
 
 

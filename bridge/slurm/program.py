@@ -201,9 +201,7 @@ def _explain_parser(prog: str) -> argparse.ArgumentParser:
     return parser
 
 
-def parse_args(
-    argv: Sequence[str], *, prog: str | None = None
-) -> tuple[str, Settings, argparse.Namespace]:
+def parse_args(argv: Sequence[str], *, prog: str | None = None) -> tuple[str, Settings, argparse.Namespace]:
     """``("run" | "explain", settings, raw namespace)``; exits with usage on bad input. ``prog``: the
     program's name in usage and help (default: from ``sys.argv[0]``, :func:`program_name`)."""
     args = list(argv)

@@ -477,7 +477,10 @@ HOSTILE: list[tuple[dict[str, Any], str]] = [
     ({"slurmBridge.logLevel": "trace"}, "at '/slurmBridge/logLevel'"),
     ({"slurmBridge.extraArgs": ["; sh"]}, "at '/slurmBridge/extraArgs/0'"),
     ({"slurmBridge.extraVolumes": [{"configMap": {"name": "x"}}]}, "at '/slurmBridge/extraVolumes/0'"),
-    ({"rayBridge.extraVolumeMounts": [{"name": "x", "mountPath": "etc"}]}, "at '/rayBridge/extraVolumeMounts/0"),
+    (
+        {"rayBridge.extraVolumeMounts": [{"name": "x", "mountPath": "etc"}]},
+        "at '/rayBridge/extraVolumeMounts/0",
+    ),
 ]
 
 

@@ -627,6 +627,13 @@ async def test_the_secret_watch_needs_rbac_on_the_named_secret_only(
 # --- two bridges, each with its own WorkloadMixing -------------------------------------------------
 
 
+def counts_are(want: dict[str, int]) -> Callable[[Object], bool]:
+    def check(obj: Object) -> bool:
+        return bool((obj.get("status") or {}).get("sources", {}).get("slurm", {}) == want)
+
+    return check
+
+
 class IdleBridge(BridgeProgram):
     """The program shell with nothing wired: its mixing controller is all that runs."""
 
@@ -667,8 +674,7 @@ async def test_each_bridge_checks_and_writes_only_its_own_workloadmixing(
                 program.report_phases({"running": running}, buckets={"running": "running"})
                 await eventually(
                     reader(client, name),
-                    lambda obj, want=running: (obj.get("status") or {}).get("sources", {}).get("slurm", {})
-                    == {"held": 0, "queued": 0, "admitted": 0, "running": want},
+                    counts_are({"held": 0, "queued": 0, "admitted": 0, "running": running}),
                     what=f"{name}'s status to hold its own bridge's counts",
                 )
             # A new count for the first: once written, both are settled on their own counts.

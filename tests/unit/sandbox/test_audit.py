@@ -64,7 +64,9 @@ def test_a_watch_is_one_request_at_its_latest_stage_and_torn_lines_are_skipped()
 
 def test_calls_are_grouped_by_user_as_verb_resource_subresource_namespace() -> None:
     lines = [
-        event("1", verb="update", resource="workloadmixings", group="bridge.k8s-bridge.io", subresource="status"),
+        event(
+            "1", verb="update", resource="workloadmixings", group="bridge.k8s-bridge.io", subresource="status"
+        ),
         event("2", verb="create", resource="events", group="events.k8s.io", namespace="slurm"),
         event("3", verb="create", resource="events", group="events.k8s.io", namespace="slurm"),
         event("4", verb="get", resource="pods", user="system:kube-scheduler"),
