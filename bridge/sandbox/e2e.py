@@ -13,7 +13,7 @@ would wire them, and the wiring is the same for every e2e test, the demo and the
   and two WorkloadPriorityClasses (Slurm's, and a higher one for urgent Kubernetes work);
 - the JWT Secret (a SlurmUser token from ``scontrol token``) and a WorkloadMixing pointing at the real
   slurmrestd and slurmctld, whose slurmd pod command is :mod:`bridge.sandbox.slurmd_pod` for this
-  cluster's workdir (``mixing=False``: no WorkloadMixing, when the Helm chart makes it);
+  cluster's workdir (``mixing=False``: neither it nor its CRD, when the Helm chart makes them);
 - the bridge itself as a subprocess (:class:`BridgeProcess`), so a test can SIGKILL and restart it.
 
 Everything runs synchronously (urllib and subprocesses): the stack outlives any one event loop, so a
@@ -313,8 +313,9 @@ class E2EStack:
     ) -> None:
         self.kube = kube
         self.mixing = mixing
-        """Create the WorkloadMixing (:meth:`mixing_spec_dict`); False when something else does (the
-        Helm chart, from values built on that spec: ``tests/e2e/test_helm_install.py``)."""
+        """Install the WorkloadMixing CRD and create the WorkloadMixing (:meth:`mixing_spec_dict`);
+        False when the Helm chart does both (its ``crds/``, and values built on that spec:
+        ``tests/e2e/test_helm_install.py``)."""
         self.slurm = slurm
         self.settings = settings or E2ESettings()
         self.workdir = workdir
@@ -501,7 +502,8 @@ class E2EStack:
     def start(self) -> Self:
         began = time.monotonic()
         try:
-            self.kube.control_plane.install_crds(CHART_CRDS)
+            if self.mixing:
+                self.kube.control_plane.install_crds(CHART_CRDS)
             for namespace in (self.settings.namespace, self.settings.bridge_namespace):
                 self.kube.control_plane.ensure_namespace(namespace)
             self._start_runner()
