@@ -30,7 +30,6 @@ import os
 import re
 import shutil
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -569,7 +568,11 @@ def test_uninstall_with_jobs_in_flight_leaves_them_on_finalizers_and_the_documen
     assert wait_job_state(release, job, {"COMPLETED", "FAILED", "CANCELLED"}) == "COMPLETED"
     assert wait_rayjob(release, "orphan", {"SUCCEEDED", "FAILED"}) == "SUCCEEDED"
     ray.delete_rayjob("orphan")
-    time.sleep(5)  # a bridge would have let the RayJob go by now; none runs
+    # Deleted, and held by the Ray bridge's finalizer, which only the bridge removes.
+    wait_for(
+        lambda: "deletionTimestamp" in (ray.get_rayjob("orphan") or {}).get("metadata", {}),
+        timeout=TIMEOUT, what="RayJob orphan marked deleted",
+    )  # fmt: skip
     stuck = on_a_finalizer(release)
     assert any(s.startswith("RayJob orphan") for s in stuck), stuck
     assert any(s.startswith("JobSet") for s in stuck), stuck
@@ -654,4 +657,16 @@ def test_each_bridge_did_only_what_its_roles_grant_and_used_every_grant(
     assert used - granted == set(), "allowed, but not in the permission table (granted by what?)"
     unused = unexplained(granted, used)
     assert unused == set(), f"granted, never used, not explained: {sorted(unused)}"
-    print(json.dumps({"user": user, "requests": len(mine), "unused": sorted(map(list, granted - used))}))
+    in_window = audit.forbidden(e for e in read_audit(release, window_start, window_end) if e.user == user)
+    print(
+        json.dumps(
+            {
+                "user": user,
+                "requests": len(mine),
+                "refused_while_the_roles_went": sorted(
+                    {f"{e.call.verb} {e.call.full_resource}" for e in in_window}
+                ),
+                "unused": sorted(map(list, granted - used)),
+            }
+        )
+    )
