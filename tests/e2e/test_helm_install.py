@@ -52,6 +52,7 @@ from bridge.sandbox.ray_e2e import RayPool
 from bridge.sandbox.slurm import SlurmCluster
 from bridge.sandbox.stack import KubeStack
 from bridge.slurm.permissions import RULES as SLURM_RULES
+from tests.fixtures.e2e import scancel
 from translators.ray import FINALIZER as RAY_FINALIZER
 from translators.slurm import FINALIZER as SLURM_FINALIZER
 
@@ -443,21 +444,22 @@ def left_of_release(release: Release) -> list[str]:
 
 
 def on_a_finalizer(release: Release) -> list[str]:
-    """Bridged objects still carrying a bridge's finalizer."""
+    """Objects of the bridged namespaces still carrying a bridge's finalizer (the Slurm bridge's on
+    its JobSets, the Ray bridge's on gated RayJobs, any other the bridges might add)."""
+    prefix = SLURM_FINALIZER.split("/", 1)[0] + "/"
+    assert RAY_FINALIZER.startswith(prefix)
+    rayjobs = release.e2e.list_items(f"{RAY_API}/namespaces/{release.ray.namespace}/rayjobs")
     found = []
-    for kind, items, finalizer in (
-        ("JobSet", release.e2e.jobsets(), SLURM_FINALIZER),
-        ("JobSet", release.ray.jobsets(), SLURM_FINALIZER),
-        (
-            "RayJob",
-            release.e2e.list_items(f"{RAY_API}/namespaces/{release.ray.namespace}/rayjobs"),
-            RAY_FINALIZER,
-        ),
+    for kind, items in (
+        ("JobSet", release.e2e.jobsets()),
+        ("JobSet", release.ray.jobsets()),
+        ("RayJob", rayjobs),
     ):
         found += [
-            f"{kind} {i['metadata']['name']}"
+            f"{kind} {i['metadata']['name']} {finalizer}"
             for i in items
-            if finalizer in (i["metadata"].get("finalizers") or ())
+            for finalizer in i["metadata"].get("finalizers") or ()
+            if finalizer.startswith(prefix)
         ]
     return found
 
@@ -553,7 +555,7 @@ def test_uninstall_with_jobs_in_flight_leaves_them_on_finalizers_and_the_documen
     new = values_file(release, "values-0.2.0", values(release, slurm_conf_from_config_map=True))
 
     # With jobs in flight: the Deployments, roles and ServiceAccounts go at once, the bridges with them.
-    job = submit(release, seconds=15)
+    job = submit(release, seconds=600)  # ended below, once no bridge runs
     create_gated_rayjob(release, "orphan", sleep=15)
     wait_job_state(release, job, {"RUNNING"})
     wait_rayjob(release, "orphan", {"RUNNING"})
@@ -564,8 +566,10 @@ def test_uninstall_with_jobs_in_flight_leaves_them_on_finalizers_and_the_documen
         timeout=TIMEOUT, what="the bridge pods gone",
     )  # fmt: skip
     assert left_of_release(release) == []
-    # The jobs run to their end, but nothing lets their objects go.
-    assert wait_job_state(release, job, {"COMPLETED", "FAILED", "CANCELLED"}) == "COMPLETED"
+    # The jobs end (the Slurm job cancelled by its user), but nothing lets their objects go.
+    assert job_state(release, job) == "RUNNING"
+    scancel(e2e, job)
+    assert wait_job_state(release, job, {"COMPLETED", "FAILED", "CANCELLED"}) == "CANCELLED"
     assert wait_rayjob(release, "orphan", {"SUCCEEDED", "FAILED"}) == "SUCCEEDED"
     ray.delete_rayjob("orphan")
     # Deleted, and held by the Ray bridge's finalizer, which only the bridge removes.
