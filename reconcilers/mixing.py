@@ -895,15 +895,27 @@ async def setup_mixing_controller(
     recheck_after: float | None = DEFAULT_RECHECK_AFTER,
     counts_interval: float = DEFAULT_COUNTS_INTERVAL,
     registry: CollectorRegistry = REGISTRY,
+    name: str | None = None,
 ) -> MixingController:
     """The WorkloadMixing controller, its informers registered with ``factory`` (cluster-wide).
+
+    ``name``: the one WorkloadMixing this controller checks and writes the status of (the bridge's
+    ``--config``), watched by a ``metadata.name`` field selector; None: every WorkloadMixing. A bridge
+    passes its own: two bridges in one cluster (both run by the chart) each have their own
+    WorkloadMixing, and each one's status is written only by the bridge that runs it (otherwise
+    each would write the other's with its own counts, Events and conditions, in turn).
 
     The caller runs ``factory.run()`` and ``controller.run()`` (a Manager does both); the watches of
     the named Secrets run inside ``controller.run()``. A :class:`~bridge.mixing_config.CountsBoard`
     given as ``counts`` is also watched, so a bridge reporting new counts queues the WorkloadMixing
     at once (its status is then written at most every ``counts_interval`` seconds).
     """
-    mixings = await factory.informer(API_VERSION, KIND, indexers={REFERENCES_INDEX: reference_index_keys})
+    mixings = await factory.informer(
+        API_VERSION,
+        KIND,
+        field_selector=f"metadata.name={name}" if name is not None else None,
+        indexers={REFERENCES_INDEX: reference_index_keys},
+    )
     local_queues = await factory.informer(KUEUE_API_VERSION, "LocalQueue")
     priority_classes = await factory.informer(KUEUE_API_VERSION, "WorkloadPriorityClass")
     topologies = await factory.informer(

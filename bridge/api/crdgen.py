@@ -242,8 +242,11 @@ _PRINTER_COLUMNS: Final = [
         "priority": 1,
     },
     {"name": "Slurm-Queued", "type": "integer", "jsonPath": ".status.sources.slurm.queued", "priority": 1},
+    # Held: found by the bridge, not (yet) in Kueue's queue: the jobs an operator asks about first.
+    {"name": "Slurm-Held", "type": "integer", "jsonPath": ".status.sources.slurm.held", "priority": 1},
     {"name": "Ray-Running", "type": "integer", "jsonPath": ".status.sources.ray.running", "priority": 1},
     {"name": "Ray-Queued", "type": "integer", "jsonPath": ".status.sources.ray.queued", "priority": 1},
+    {"name": "Ray-Held", "type": "integer", "jsonPath": ".status.sources.ray.held", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

@@ -31,6 +31,7 @@ from .settings import (
     env,
     env_bool,
     flag_help,
+    program_name,
 )
 from .shell import BridgeProgram, Shell, Wiring, run_until_stopped
 
@@ -57,6 +58,7 @@ __all__ = [
     "env_bool",
     "flag_help",
     "load_mixing_file",
+    "program_name",
     "run_explain",
     "run_until_stopped",
 ]

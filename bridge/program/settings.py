@@ -33,6 +33,7 @@ __all__ = [
     "env",
     "env_bool",
     "flag_help",
+    "program_name",
 ]
 
 ENV_PREFIX: Final = "K8S_BRIDGE_"
@@ -76,6 +77,16 @@ class ProgramSettings:
     @property
     def lease_name(self) -> str:
         return self.leader_election_id or f"{self.lease_prefix}-{self.config}"
+
+
+def program_name(argv0: str, *, module: str) -> str:
+    """The name a program was run by, for its usage and help: the command (``k8s-bridge``, the console
+    script the chart and the images run, whatever folder it is in), or ``python -m <module>`` when run
+    as a module (``argv[0]`` is then the module's ``__main__.py``), or when ``argv[0]`` is empty."""
+    name = Path(argv0).name
+    if not name or name == "__main__.py":
+        return f"python -m {module}"
+    return name
 
 
 def env(name: str, default: str | None = None) -> str | None:

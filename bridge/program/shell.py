@@ -180,6 +180,7 @@ class BridgeProgram(abc.ABC):
                     recorder=recorder,
                     counts=self.counts,
                     registry=self.registry,
+                    name=self.settings.config,
                 )
             ]
         mixings = await factory.informer(

@@ -52,6 +52,7 @@ from bridge.program import (
     configure_program_logging,
     env,
     flag_help,
+    program_name,
     run_explain,
     run_until_stopped,
 )
@@ -108,12 +109,12 @@ def _ray_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _run_parser() -> argparse.ArgumentParser:
+def _run_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m bridge.ray",
+        prog=prog,
         description="ray-bridge: RayJobs in shared RayClusters get dedicated workers that Kueue admits; "
         "the job's entrypoint waits for them.",
-        epilog="Subcommand: 'python -m bridge.ray explain <namespace>/<rayjob> [--config NAME]' prints the "
+        epilog=f"Subcommand: '{prog} explain <namespace>/<rayjob> [--config NAME]' prints the "
         "worker JobSet the bridge would create for a RayJob and what it would do now (exit status 0: "
         "servable, 2: not servable, 1: error).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -142,9 +143,9 @@ def _run_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _explain_parser() -> argparse.ArgumentParser:
+def _explain_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m bridge.ray explain",
+        prog=f"{prog} explain",
         description="Print the worker JobSet the bridge would create for a RayJob and why, or the reason it "
         "cannot be bridged, and what the bridge would do about it now.",
     )
@@ -154,11 +155,13 @@ def _explain_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_args(argv: Sequence[str]) -> tuple[str, Settings, argparse.Namespace]:
-    """``("run" | "explain", settings, raw namespace)``; exits with usage on bad input."""
+def parse_args(argv: Sequence[str], *, prog: str | None = None) -> tuple[str, Settings, argparse.Namespace]:
+    """``("run" | "explain", settings, raw namespace)``; exits with usage on bad input. ``prog``: the
+    program's name in usage and help (default: from ``sys.argv[0]``, :func:`program_name`)."""
     args = list(argv)
     command = "explain" if args[:1] == ["explain"] else "run"
-    parser = _explain_parser() if command == "explain" else _run_parser()
+    name = prog if prog is not None else program_name(sys.argv[0], module="bridge.ray")
+    parser = _explain_parser(name) if command == "explain" else _run_parser(name)
     ns = parser.parse_args(args[1:] if command == "explain" else args)
     run = command == "run"
     settings = Settings(

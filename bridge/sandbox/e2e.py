@@ -13,7 +13,7 @@ would wire them, and the wiring is the same for every e2e test, the demo and the
   and two WorkloadPriorityClasses (Slurm's, and a higher one for urgent Kubernetes work);
 - the JWT Secret (a SlurmUser token from ``scontrol token``) and a WorkloadMixing pointing at the real
   slurmrestd and slurmctld, whose slurmd pod command is :mod:`bridge.sandbox.slurmd_pod` for this
-  cluster's workdir;
+  cluster's workdir (``mixing=False``: neither it nor its CRD, when the Helm chart makes them);
 - the bridge itself as a subprocess (:class:`BridgeProcess`), so a test can SIGKILL and restart it.
 
 Everything runs synchronously (urllib and subprocesses): the stack outlives any one event loop, so a
@@ -310,8 +310,13 @@ class E2EStack:
         slurm: SlurmCluster,
         workdir: Path,
         settings: E2ESettings | None = None,
+        mixing: bool = True,
     ) -> None:
         self.kube = kube
+        self.mixing = mixing
+        """Install the WorkloadMixing CRD and create the WorkloadMixing (:meth:`mixing_spec_dict`);
+        False when the Helm chart does both (its ``crds/``, and values built on that spec:
+        ``tests/e2e/test_helm_install.py``)."""
         self.slurm = slurm
         self.settings = settings or E2ESettings()
         self.workdir = workdir
@@ -501,7 +506,8 @@ class E2EStack:
     def start(self) -> Self:
         began = time.monotonic()
         try:
-            self.kube.control_plane.install_crds(CHART_CRDS)
+            if self.mixing:
+                self.kube.control_plane.install_crds(CHART_CRDS)
             for namespace in (self.settings.namespace, self.settings.bridge_namespace):
                 self.kube.control_plane.ensure_namespace(namespace)
             self._start_runner()
@@ -510,15 +516,16 @@ class E2EStack:
                 self.client.apply(collection, manifest)
             self._wait_cluster_queue_active()
             self.refresh_token()
-            self.client.apply(
-                MIXINGS,
-                {
-                    "apiVersion": "bridge.k8s-bridge.io/v1alpha1",
-                    "kind": "WorkloadMixing",
-                    "metadata": {"name": self.mixing_name},
-                    "spec": self.mixing_spec_dict(),
-                },
-            )
+            if self.mixing:
+                self.client.apply(
+                    MIXINGS,
+                    {
+                        "apiVersion": "bridge.k8s-bridge.io/v1alpha1",
+                        "kind": "WorkloadMixing",
+                        "metadata": {"name": self.mixing_name},
+                        "spec": self.mixing_spec_dict(),
+                    },
+                )
         except BaseException:
             self.stop()
             raise
@@ -537,7 +544,7 @@ class E2EStack:
             self.runner = None
         self.group.stop_all(grace=5.0)
         for path in (
-            f"{MIXINGS}/{self.mixing_name}",
+            *([f"{MIXINGS}/{self.mixing_name}"] if self.mixing else []),
             f"/api/v1/namespaces/{self.settings.bridge_namespace}/secrets/{self.secret_name}",
         ):
             with contextlib.suppress(StackError, OSError):

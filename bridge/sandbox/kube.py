@@ -65,6 +65,15 @@ __all__ = [
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
 FIELD_MANAGER = "k8s-bridge-sandbox"
 FRONT_PROXY_CLIENT = "front-proxy-client"
+AUDIT_POLICY = """\
+# Written by bridge.sandbox.kube: who did what (no request or response bodies), once a response is
+# started (watches) or complete.
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+"""
 BUILD_HINT = "build it with `python3 -m bridge.sandbox.build all`"
 
 
@@ -276,14 +285,16 @@ class RestClient:
         query: Mapping[str, str] | None = None,
         content_type: str = "application/json",
         timeout: float | None = None,
+        accept: str = "application/json",
     ) -> Any:
-        """Send one request; the decoded JSON answer (or text), or :class:`ApiError` on HTTP >= 400."""
+        """Send one request; the decoded JSON answer (or text), or :class:`ApiError` on HTTP >= 400.
+        ``accept``: e.g. ``application/json;as=Table;v=v1;g=meta.k8s.io`` for the server's table view."""
         url = self.server + path
         if query:
             url += "?" + urllib.parse.urlencode(query)
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(url, data=data, method=method)  # noqa: S310 (https only)
-        request.add_header("Accept", "application/json")
+        request.add_header("Accept", accept)
         if data is not None:
             request.add_header("Content-Type", content_type)
         try:
@@ -369,9 +380,11 @@ class ControlPlane:
         start_timeout: float = 120.0,
         keep_workdir: bool = False,
         bind_address: str = "0.0.0.0",  # noqa: S104 - pods reach it at their gateway; see docs/development.md
+        audit: bool = False,
     ) -> None:
         self.paths = paths or stack_paths()
         self.bind_address = bind_address
+        self.audit = audit
         self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="k8s-bridge-kube-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -413,6 +426,11 @@ class ControlPlane:
         if self._client is None:
             raise StackError("the control plane is not started")
         return self._client
+
+    @property
+    def audit_log(self) -> Path:
+        """The API server's audit log (JSON lines, :mod:`bridge.sandbox.audit`), with ``audit=True``."""
+        return self.workdir / "audit" / "audit.log"
 
     @property
     def etcd_url(self) -> str:
@@ -611,10 +629,27 @@ class ControlPlane:
             # host reaches, instead of its ClusterIP, which leads nowhere.
             "--enable-aggregator-routing=true",
             f"--watch-cache={'true' if self.watch_cache else 'false'}",
+            *self._audit_args(),
             *self.extra_apiserver_args,
         ]
         self.apiserver = self.group.start("kube-apiserver", self._apiserver_argv)
         self._wait_apiserver_ready(self.apiserver)
+
+    def _audit_args(self) -> list[str]:
+        """With ``audit``: every request at Metadata level (who, verb, resource, status; no bodies) to
+        :attr:`audit_log`, written before the response is sent (the log backend's blocking mode)."""
+        if not self.audit:
+            return []
+        policy = self.audit_log.parent / "policy.yaml"
+        policy.parent.mkdir(parents=True, exist_ok=True)
+        policy.write_text(AUDIT_POLICY)
+        return [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-mode=blocking",
+            "--audit-log-maxsize=0",
+        ]
 
     def _wait_apiserver_ready(self, process: ManagedProcess) -> None:
         certs = self.certificates

@@ -17,6 +17,8 @@ this adds to the pool:
 - ``python -m bridge.ray`` as a subprocess (:meth:`RayPool.bridge`), on a fixed webhook port so a
   restarted bridge answers the same registration.
 
+With ``bridge_wiring=False`` the last three are left to the Helm chart (``tests/e2e/test_helm_install.py``).
+
 :meth:`RayPool.leaks` adds the Ray-side leaks to the pool's: RayJobs, JobSets and pods of the Ray
 namespace, Ray nodes other than the head, jobs still pending in the head.
 """
@@ -29,6 +31,7 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self
 
@@ -61,9 +64,19 @@ class RayPool:
     """KubeRay, a shared RayCluster and the Ray bridge's wiring on ``pool`` (see the module docstring)."""
 
     def __init__(
-        self, pool: E2EStack, *, workdir: Path, namespace: str = "ray", cluster: str = "shared"
+        self,
+        pool: E2EStack,
+        *,
+        workdir: Path,
+        namespace: str = "ray",
+        cluster: str = "shared",
+        bridge_wiring: bool = True,
     ) -> None:
         self.pool = pool
+        self.bridge_wiring = bridge_wiring
+        """Create the WorkloadMixing, the webhook registration and its certificate files for
+        :meth:`bridge`; False when the Helm chart does (its own certificate, the webhook behind a
+        Service, the WorkloadMixing from :meth:`mixing_spec_dict`)."""
         self.workdir = workdir
         self.namespace = namespace
         self.cluster = cluster
@@ -100,27 +113,28 @@ class RayPool:
             )
             self.client.apply(*priority_class_object(self.priority, value=self.priority_value))
             self._start_head()
-            self._write_certificates()
-            self.client.apply(
-                _MIXINGS,
-                {
-                    "apiVersion": "bridge.k8s-bridge.io/v1alpha1",
-                    "kind": "WorkloadMixing",
-                    "metadata": {"name": self.mixing_name},
-                    "spec": self.mixing_spec_dict(),
-                },
-            )
-            self.client.apply(_WEBHOOKS, self.webhook_configuration())
+            if self.bridge_wiring:
+                self._write_certificates()
+                self.client.apply(
+                    _MIXINGS,
+                    {
+                        "apiVersion": "bridge.k8s-bridge.io/v1alpha1",
+                        "kind": "WorkloadMixing",
+                        "metadata": {"name": self.mixing_name},
+                        "spec": self.mixing_spec_dict(),
+                    },
+                )
+                self.client.apply(_WEBHOOKS, self.webhook_configuration())
         except BaseException:
             self.stop()
             raise
         return self
 
     def stop(self) -> None:
+        wiring = [f"{_WEBHOOKS}/{self.webhook_name}", f"{_MIXINGS}/{self.mixing_name}"]
         for path in (
-            f"{_WEBHOOKS}/{self.webhook_name}",
+            *(wiring if self.bridge_wiring else []),
             f"{RAY_API}/namespaces/{self.namespace}/rayclusters/{self.cluster}",
-            f"{_MIXINGS}/{self.mixing_name}",
         ):
             with contextlib.suppress(StackError, OSError):
                 self.client.delete(path)
@@ -170,7 +184,13 @@ class RayPool:
             return False
         return True
 
-    def wait_gate_serving(self, bridge: BridgeProcess, *, timeout: float = 120.0) -> None:
+    def wait_gate_serving(
+        self,
+        bridge: BridgeProcess | None = None,
+        *,
+        timeout: float = 120.0,
+        describe: Callable[[], str] | None = None,
+    ) -> None:
         """Wait until the API server's calls reach the bridge's webhook: a dry-run CREATE comes back
         gated (the registration ignores a webhook that does not answer, so without this wait a RayJob
         created right after the bridge starts would pass ungated)."""
@@ -185,7 +205,12 @@ class RayPool:
                 return False
             return _GATE_ANNOTATION in ((created.get("metadata") or {}).get("annotations") or {})
 
-        wait_for(gated, timeout=timeout, what="the gate webhook to answer", describe=bridge.log_tail)
+        wait_for(
+            gated,
+            timeout=timeout,
+            what="the gate webhook to answer",
+            describe=describe or (bridge.log_tail if bridge is not None else None),
+        )
 
     @property
     def cert_dir(self) -> Path:

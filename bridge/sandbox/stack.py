@@ -37,6 +37,7 @@ class KubeStack:
     """Control plane + CRDs + controllers; a context manager, or :meth:`start` / :meth:`stop`.
 
     ``timings`` records how long each phase took to start (seconds), for the docs and benchmarks.
+    ``audit=True`` turns the API server's audit log on (``control_plane.audit_log``).
     """
 
     def __init__(
@@ -51,6 +52,7 @@ class KubeStack:
         watch_cache: bool = True,
         keep_workdir: bool = False,
         start_timeout: float = 120.0,
+        audit: bool = False,
     ) -> None:
         self.paths = paths or stack_paths()
         self.crds = list(crds)
@@ -63,6 +65,7 @@ class KubeStack:
             watch_cache=watch_cache,
             keep_workdir=keep_workdir,
             start_timeout=start_timeout,
+            audit=audit,
         )
         self.controllers = Controllers(
             self.control_plane,

@@ -46,6 +46,7 @@ from bridge.program import (
     configure_program_logging,
     env,
     flag_help,
+    program_name,
     run_explain,
     run_until_stopped,
 )
@@ -165,12 +166,12 @@ def _node_poll_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _run_parser() -> argparse.ArgumentParser:
+def _run_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m bridge.slurm",
+        prog=prog,
         description="k8s-bridge for Slurm: held Slurm jobs in bridged partitions become suspended JobSets "
         "that Kueue admits; admitted jobs run on dynamic Slurm nodes made for them alone.",
-        epilog="Subcommand: 'python -m bridge.slurm explain <job-id> [--config NAME | --mixing-file FILE] "
+        epilog=f"Subcommand: '{prog} explain <job-id> [--config NAME | --mixing-file FILE] "
         "[--slurm-token-file F]' prints the JobSet the bridge would create for a job, and why, or why it "
         "cannot be served (exit status 0: servable, 2: not servable, 1: error).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -188,9 +189,9 @@ def _run_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _explain_parser() -> argparse.ArgumentParser:
+def _explain_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m bridge.slurm explain",
+        prog=f"{prog} explain",
         description="Print the JobSet the bridge would create for a Slurm job and why (mapping rule, "
         "LocalQueue, priority, topology), or the reason it cannot be served, and what the bridge would "
         "do about the job now.",
@@ -202,11 +203,13 @@ def _explain_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse_args(argv: Sequence[str]) -> tuple[str, Settings, argparse.Namespace]:
-    """``("run" | "explain", settings, raw namespace)``; exits with usage on bad input."""
+def parse_args(argv: Sequence[str], *, prog: str | None = None) -> tuple[str, Settings, argparse.Namespace]:
+    """``("run" | "explain", settings, raw namespace)``; exits with usage on bad input. ``prog``: the
+    program's name in usage and help (default: from ``sys.argv[0]``, :func:`program_name`)."""
     args = list(argv)
     command = "explain" if args[:1] == ["explain"] else "run"
-    parser = _explain_parser() if command == "explain" else _run_parser()
+    name = prog if prog is not None else program_name(sys.argv[0], module="bridge.slurm")
+    parser = _explain_parser(name) if command == "explain" else _run_parser(name)
     ns = parser.parse_args(args[1:] if command == "explain" else args)
     run = command == "run"
     settings = Settings(

@@ -262,6 +262,27 @@ def test_the_full_values_reach_the_programs(helm_env: dict[str, str]) -> None:
     assert set(mixings) == {"site-slurm", "site-ray"}
 
 
+def test_extra_volumes_are_added_beside_the_charts_own(helm_env: dict[str, str]) -> None:
+    # slurm.conf for the Slurm bridge's scontrol fallback, from a ConfigMap (ci/full-values.yaml).
+    objects = render(helm_env, None, FULL_VALUES)
+    for component, volume, path in (
+        ("slurm-bridge", "slurm-conf", "/etc/slurm"),
+        ("ray-bridge", "ca-bundle", "/etc/ssl/site"),
+    ):
+        pod = _deployment(objects, component)["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert {"tmp", volume} <= set(volumes)
+        assert ("webhook-cert" in volumes) == (component == "ray-bridge")
+        mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+        assert mounts[volume] == {"name": volume, "mountPath": path, "readOnly": True}
+        assert mounts["tmp"]["mountPath"] == "/tmp"
+    slurm_pod = _deployment(objects, "slurm-bridge")["spec"]["template"]["spec"]
+    assert {"name": "slurm-conf", "configMap": {"name": "slurm-conf"}} in slurm_pod["volumes"]
+    # By default, only the chart's own.
+    default = _deployment(render(helm_env), "slurm-bridge")["spec"]["template"]["spec"]
+    assert [v["name"] for v in default["volumes"]] == ["tmp"]
+
+
 # --- RBAC --------------------------------------------------------------------------------------------
 
 
@@ -460,6 +481,11 @@ HOSTILE: list[tuple[dict[str, Any], str]] = [
     ),
     ({"slurmBridge.logLevel": "trace"}, "at '/slurmBridge/logLevel'"),
     ({"slurmBridge.extraArgs": ["; sh"]}, "at '/slurmBridge/extraArgs/0'"),
+    ({"slurmBridge.extraVolumes": [{"configMap": {"name": "x"}}]}, "at '/slurmBridge/extraVolumes/0'"),
+    (
+        {"rayBridge.extraVolumeMounts": [{"name": "x", "mountPath": "etc"}]},
+        "at '/rayBridge/extraVolumeMounts/0",
+    ),
 ]
 
 
@@ -481,10 +507,13 @@ CHECKS: list[tuple[dict[str, Any], str]] = [
     ({"rayBridge.replicas": 2, "rayBridge.leaderElection.enabled": False}, "rayBridge.replicas is 2"),
     ({"rayBridge.webhook.certificate.source": "secret"}, "set secretName"),
     ({"slurmBridge.jwtSecret": {"namespace": "", "name": "jwt"}}, "without its namespace"),
+    ({"slurmBridge.extraVolumes": [{"name": "tmp", "emptyDir": {}}]}, 'the volume name "tmp" is the chart'),
 ]
 
 
-@pytest.mark.parametrize(("values", "message"), CHECKS, ids=["same-config", "replicas", "secret", "jwt"])
+@pytest.mark.parametrize(
+    ("values", "message"), CHECKS, ids=["same-config", "replicas", "secret", "jwt", "volume-name"]
+)
 def test_what_the_schema_cannot_say_is_refused_by_the_templates(
     helm_env: dict[str, str], values: dict[str, Any], message: str
 ) -> None:

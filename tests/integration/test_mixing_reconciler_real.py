@@ -34,6 +34,8 @@ from prometheus_client import CollectorRegistry
 
 from bridge.api.mixing import API_VERSION, KIND, SourceCounts
 from bridge.mixing_config import CountsBoard, MixingConfigs
+from bridge.program.settings import ProgramSettings
+from bridge.program.shell import BridgeProgram, Shell, Wiring
 from bridge.runtime.cache import Store
 from bridge.runtime.client import Client
 from bridge.runtime.errors import Forbidden
@@ -620,3 +622,75 @@ async def test_the_secret_watch_needs_rbac_on_the_named_secret_only(
             )
             secrets.stop()
         assert task.done()
+
+
+# --- two bridges, each with its own WorkloadMixing -------------------------------------------------
+
+
+def counts_are(want: dict[str, int]) -> Callable[[Object], bool]:
+    def check(obj: Object) -> bool:
+        return bool((obj.get("status") or {}).get("sources", {}).get("slurm", {}) == want)
+
+    return check
+
+
+class IdleBridge(BridgeProgram):
+    """The program shell with nothing wired: its mixing controller is all that runs."""
+
+    name = "slurm"
+    title = "idle"
+
+    async def wire(self, shell: Shell) -> Wiring:
+        return Wiring()
+
+
+async def test_each_bridge_checks_and_writes_only_its_own_workloadmixing(
+    client: Client, plane: ControlPlane, namespace: str
+) -> None:
+    # Both bridges of one chart run in one cluster, each on its own WorkloadMixing: each one's
+    # status is that bridge's (its counts), and neither bridge takes up the other's configuration.
+    await client.create(local_queue(namespace, "hpc"))
+    names = [unique("wm-a"), unique("wm-b")]
+    for name in names:
+        await client.create(mixing(name, slurm(namespace)))
+    programs = [
+        IdleBridge(
+            ProgramSettings(
+                config=name,
+                kubeconfig=str(plane.kubeconfig),
+                metrics_bind_address="0",
+                health_probe_bind_address="0",
+            ),
+            registry=CollectorRegistry(),
+            handle_signals=False,
+        )
+        for name in names
+    ]
+    async with asyncio.TaskGroup() as tg:
+        for program in programs:
+            tg.create_task(program.run(), name=f"bridge {program.settings.config}")
+        try:
+            for running, (program, name) in enumerate(zip(programs, names, strict=True), start=1):
+                program.report_phases({"running": running}, buckets={"running": "running"})
+                await eventually(
+                    reader(client, name),
+                    counts_are({"held": 0, "queued": 0, "admitted": 0, "running": running}),
+                    what=f"{name}'s status to hold its own bridge's counts",
+                )
+            # A new count for the first: once written, both are settled on their own counts.
+            programs[0].report_phases({"running": 7}, buckets={"running": "running"})
+            await eventually(
+                reader(client, names[0]),
+                lambda obj: (obj.get("status") or {}).get("sources", {}).get("slurm", {}).get("running") == 7,
+                what="the first WorkloadMixing's new count",
+            )
+            second = await client.get(API_VERSION, KIND, names[1])
+            assert second["status"]["sources"]["slurm"]["running"] == 2
+            for program, name in zip(programs, names, strict=True):
+                assert program.configs.names() == [name]
+                assert program.live.current is not None
+        finally:
+            for program in programs:
+                program.stop()
+    for name in names:
+        await client.delete(API_VERSION, KIND, name, missing_ok=True)

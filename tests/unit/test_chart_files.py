@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import tarfile
 import tomllib
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from bridge.api.crdgen import CRD_PATH
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "charts" / "k8s-bridge"
+PREVIOUS_CHART = REPO_ROOT / "tests" / "data" / "k8s-bridge-0.1.0.tgz"
 
 
 def test_chart_version_and_app_version_are_the_project_version() -> None:
@@ -45,3 +47,32 @@ def test_the_values_schema_refuses_unknown_keys_at_every_object_level() -> None:
             check(properties[key], child, f"{path}.{key}")
 
     check(schema, values, "")
+
+
+def _packaged(name: str) -> str:
+    with tarfile.open(PREVIOUS_CHART) as archive:
+        member = archive.extractfile(f"k8s-bridge/{name}")
+        assert member is not None, name
+        return member.read().decode()
+
+
+def _without_descriptions(node: object) -> object:
+    """The schema as the API server enforces it: descriptions (documentation) left out."""
+    if isinstance(node, dict):
+        return {k: _without_descriptions(v) for k, v in node.items() if k != "description"}
+    if isinstance(node, list):
+        return [_without_descriptions(v) for v in node]
+    return node
+
+
+def test_the_previous_chart_is_0_1_0_and_this_crd_only_adds_to_its_crd() -> None:
+    # The upgrade test's starting point (tests/data/README.md says how it was made).
+    chart = yaml.safe_load(_packaged("Chart.yaml"))
+    assert (chart["version"], chart["appVersion"]) == ("0.1.0", "0.1.0")
+    (old,) = yaml.safe_load(_packaged("crds/workloadmixing.yaml"))["spec"]["versions"]
+    (new,) = yaml.safe_load((CHART / "crds" / "workloadmixing.yaml").read_text())["spec"]["versions"]
+    assert _without_descriptions(new["schema"]) == _without_descriptions(old["schema"])
+    old_columns = old["additionalPrinterColumns"]
+    assert [c for c in new["additionalPrinterColumns"] if c in old_columns] == old_columns
+    added = [c["name"] for c in new["additionalPrinterColumns"] if c not in old_columns]
+    assert added == ["Slurm-Held", "Ray-Held"]

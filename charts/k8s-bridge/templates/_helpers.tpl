@@ -144,6 +144,11 @@ terminationGracePeriodSeconds: {{ add .b.gracefulShutdownTimeout 15 }}
 {{- if and $b.enabled (gt (int $b.replicas) 1) (not $b.leaderElection.enabled) }}
 {{- fail (printf "%s.replicas is %v but %s.leaderElection.enabled is false: replicas would act at once" $key $b.replicas $key) }}
 {{- end }}
+{{- range $b.extraVolumes }}
+{{- if has .name (list "tmp" "webhook-cert") }}
+{{- fail (printf "%s.extraVolumes: the volume name %q is the chart's own (tmp, webhook-cert): choose another" $key .name) }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- if and $r.enabled $r.webhook.enabled (eq $r.webhook.certificate.source "secret") }}
 {{- if not (and $r.webhook.certificate.secretName $r.webhook.certificate.caBundle) }}
