@@ -36,6 +36,8 @@ __all__ = ["IMAGES", "BuiltImage", "ImageSpec", "build_image", "source_date_epoc
 
 VENV = "/opt/k8s-bridge"
 USER = "65534:65534"
+# A runtime mounts its own over these: their contents in a root are never seen.
+_RUNTIME_MOUNTS = ("dev", "proc", "sys")
 _IMAGE_PATH = f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -170,7 +172,7 @@ def build_image(
         layers = [
             oci.write_layer(
                 root,
-                list(oci.tree_entries(root)),
+                list(oci.tree_entries(root, exclude=_RUNTIME_MOUNTS)),
                 epoch=epoch,
                 blobs=blobs,
                 gzip_cache=gzip_cache,

@@ -74,8 +74,9 @@ PURGED = (
     "libseccomp2",
     "libxxhash0",
 )
-# Bumped when what is removed from a root changes, so cached roots are made again.
-_RECIPE = "3"
+# Bumped when how a stage or a root is made changes, so cached ones are made again.
+_STAGE_RECIPE = "1"
+_ROOT_RECIPE = "4"
 _SLIM_GLOBS = (
     "var/cache/apt/*",
     "var/lib/apt/lists/*",
@@ -121,7 +122,7 @@ def run(argv: Sequence[str], *, what: str, env: dict[str, str] | None = None) ->
 
 
 def _key(*parts: str) -> str:
-    return hashlib.sha256("\n".join((_RECIPE, *parts)).encode()).hexdigest()[:16]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
 def _cached(target: Path, build: Callable[[Path], None], *, rebuild: bool) -> Path:
@@ -216,6 +217,7 @@ def compile_python(root: Path, *directories: str) -> None:
             "-m",
             "compileall",
             "-q",
+            "-f",
             "-j",
             "1",
             "--invalidation-mode",
@@ -225,7 +227,8 @@ def compile_python(root: Path, *directories: str) -> None:
             *directories,
         ],
         what="compiling Python bytecode",
-        env={**chroot_env(), "PYTHONHASHSEED": "0"},
+        # Its own imports write no bytecode: a timestamped .pyc would make compileall skip that file.
+        env={**chroot_env(), "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"},
     )
 
 
@@ -254,13 +257,18 @@ def ensure_root(
     *, cache: Path, bridge: str, packages: Sequence[str], purge: Sequence[str], mirror: str, rebuild: bool
 ) -> Path:
     """The cut-down root of ``bridge`` (with ``packages`` added, ``purge`` removed), made when missing."""
-    stage_key = _key(RELEASE, mirror, *BASE_PACKAGES)
+    stage_key = _key(_STAGE_RECIPE, RELEASE, mirror, *BASE_PACKAGES)
     stage = _cached(
         cache / f"stage-{stage_key}", lambda root: _make_stage(root, cache=cache, mirror=mirror), rebuild=rebuild
     )
-    root_key = _key(stage_key, *packages, "--", *purge, *PURGED)
-    return _cached(
+    root_key = _key(_ROOT_RECIPE, stage_key, *packages, "--", *purge, *PURGED)
+    root = _cached(
         cache / f"root-{bridge}-{root_key}",
         lambda root: _make_root(root, stage=stage, packages=packages, purge=purge),
         rebuild=rebuild,
     )
+    # Older recipes' folders are never read again: the cache keeps one stage and one root per bridge.
+    for stale in (*cache.glob("stage-*"), *cache.glob(f"root-{bridge}-*")):
+        if stale not in (stage, root) and stale.is_dir():
+            remove_root(stale)
+    return root
