@@ -164,7 +164,7 @@ def test_the_slurm_image_scontrol_talks_to_slurmctld(
     options = ["--network=host", "-v", f"{mounts}:/etc/k8s-bridge:ro", "-e", "SLURM_CONF=/etc/k8s-bridge/slurm.conf"]
     version = podman.run(built_images["k8s-bridge"], "--version", entrypoint="scontrol", options=options)
     assert version.returncode == 0, version.stderr
-    assert version.stdout.strip() == f"slurm {site.slurm.package_version}"
+    assert version.stdout.split() == ["slurm-wlm", site.slurm.package_version]
     ping = podman.run(
         built_images["k8s-bridge"], "ping", entrypoint="scontrol", options=[*options, "-e", f"SLURM_JWT={token}"]
     )

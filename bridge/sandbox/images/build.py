@@ -1,13 +1,18 @@
 """One image per bridge: its Debian root, a virtualenv of the locked wheels and the project's, OCI.
 
-What an image is made of, in two layers:
+What an image is made of, in three layers:
 
 1. the bridge's cut-down Debian root (:mod:`.rootfs`), taken from the cache as it is;
 2. ``/opt/k8s-bridge``: a virtualenv made in a hard-linked copy of that root with ``python3 -m venv
    --without-pip``, into which pip (run from its locked wheel, never installed) installs the locked
-   wheels with ``--no-index --require-hashes`` and then the project's wheel; compiled with
-   ``--invalidation-mode unchecked-hash``. Its console script is the entrypoint: ``k8s-bridge`` or
-   ``ray-bridge`` (pyproject.toml's ``[project.scripts]``).
+   wheels with ``--no-index --require-hashes``; compiled with ``--invalidation-mode unchecked-hash``;
+3. the project's wheel installed into it (what pip added, compiled the same way). Its console
+   script is the entrypoint: ``k8s-bridge`` or ``ray-bridge`` (pyproject.toml's ``[project.scripts]``).
+
+The first two change only with the root and the lock, so their entries take the root's time
+(:func:`.rootfs.root_epoch`) and the third alone ``SOURCE_DATE_EPOCH`` (by default the last
+commit's time): a new commit gives a new small top layer and the same two below it. An explicit
+``SOURCE_DATE_EPOCH`` is used for all three.
 
 Run as user and group 65534 (nobody), ``PATH`` starting with the virtualenv's ``bin``. The layout,
 the SBOM (:mod:`.sbom`) and ``image.json`` (digest, sizes) land in ``<out>/<image>/``; every layer
@@ -35,6 +40,7 @@ from . import oci, rootfs, sbom, wheels
 __all__ = ["IMAGES", "BuiltImage", "ImageSpec", "build_image", "source_date_epoch"]
 
 VENV = "/opt/k8s-bridge"
+SITE_PACKAGES = f"{VENV}/lib/python3.11/site-packages"
 USER = "65534:65534"
 # A runtime mounts its own over these: their contents in a root are never seen.
 _RUNTIME_MOUNTS = ("dev", "proc", "sys")
@@ -103,20 +109,46 @@ def _chroot(tree: Path, argv: Sequence[str], *, what: str) -> None:
     rootfs.run(["chroot", str(tree), *argv], what=what, env=env)
 
 
-def _install_venv(tree: Path, *, requirement_wheels: Sequence[Path], pip_wheel: Path, project_wheel: Path) -> None:
+def _pip_argv(pip_wheel: Path) -> list[str]:
+    return [
+        f"{VENV}/bin/python", f"/tmp/wheels/{pip_wheel.name}/pip", "install", "--no-index",
+        "--find-links", "/tmp/wheels", "--no-compile", "--no-deps", "--disable-pip-version-check", "--quiet",
+    ]  # fmt: skip
+
+
+def _install_dependencies(tree: Path, *, requirement_wheels: Sequence[Path], pip_wheel: Path, project_wheel: Path) -> None:
+    """The virtualenv with the locked wheels, compiled; the wheels left in /tmp/wheels for the next step."""
     incoming = tree / "tmp" / "wheels"
     incoming.mkdir(parents=True)
     for wheel in (*requirement_wheels, pip_wheel, project_wheel):
         shutil.copyfile(wheel, incoming / wheel.name)
     shutil.copyfile(wheels.REQUIREMENTS_LOCK, incoming / "requirements.lock")
     _chroot(tree, ["python3", "-m", "venv", "--without-pip", VENV], what="making the virtualenv")
-    pip = [f"{VENV}/bin/python", f"/tmp/wheels/{pip_wheel.name}/pip", "install", "--no-index"]
-    pip += ["--find-links", "/tmp/wheels", "--no-compile", "--no-deps", "--disable-pip-version-check", "--quiet"]
-    _chroot(tree, [*pip, "--require-hashes", "-r", "/tmp/wheels/requirements.lock"], what="installing the locked wheels")
-    version = wheels.project_version()
-    _chroot(tree, [*pip, f"k8s-bridge=={version}"], what="installing the project's wheel")
+    argv = [*_pip_argv(pip_wheel), "--require-hashes", "-r", "/tmp/wheels/requirements.lock"]
+    _chroot(tree, argv, what="installing the locked wheels")
     rootfs.compile_python(tree, VENV)
-    shutil.rmtree(incoming)
+
+
+def _install_project(tree: Path, *, pip_wheel: Path) -> None:
+    """The project's wheel into the virtualenv; only its own new folders compiled."""
+    site_packages = tree / SITE_PACKAGES.lstrip("/")
+    before = set(os.listdir(site_packages))
+    version = wheels.project_version()
+    _chroot(tree, [*_pip_argv(pip_wheel), f"k8s-bridge=={version}"], what="installing the project's wheel")
+    added = sorted(set(os.listdir(site_packages)) - before)
+    packages = [f"{SITE_PACKAGES}/{name}" for name in added if (site_packages / name).is_dir()]
+    rootfs.compile_python(tree, *packages)
+    shutil.rmtree(tree / "tmp" / "wheels")
+
+
+def _added_entries(entries: Sequence[str], before: set[str]) -> list[str]:
+    """``entries`` not in ``before``, with the folders above each (in the same sorted order)."""
+    wanted: set[str] = set()
+    for entry in entries:
+        if entry not in before:
+            parts = entry.split("/")
+            wanted.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return [entry for entry in entries if entry in wanted]
 
 
 def _labels(spec: ImageSpec, *, version: str, epoch: int, slurm: str | None) -> dict[str, str]:
@@ -159,21 +191,27 @@ def build_image(
         rootfs.run(["cp", "-al", str(root), str(tree)], what="linking the root")
         tools = wheels.locked_wheels(wheels.BUILD_TOOLS_LOCK, wheelhouse)
         pip_wheel = next(w for w in tools if w.name.startswith("pip-"))
-        _install_venv(
+        _install_dependencies(
             tree,
             requirement_wheels=wheels.locked_wheels(wheels.REQUIREMENTS_LOCK, wheelhouse),
             pip_wheel=pip_wheel,
             project_wheel=project_wheel,
         )
+        dependency_entries = list(oci.tree_entries(tree, include=[VENV]))
+        _install_project(tree, pip_wheel=pip_wheel)
+        project_entries = _added_entries(list(oci.tree_entries(tree, include=[VENV])), set(dependency_entries))
         target = scratch / spec.name
         layout = target / "oci"
         blobs = layout / "blobs"
         gzip_cache = cache / "gzip"
+        # The root and the dependencies change with the root and the lock only: their entries take
+        # the root's time, so a new commit recompresses only the project's own layer.
+        base_epoch = epoch if os.environ.get("SOURCE_DATE_EPOCH") else rootfs.root_epoch(root)
         layers = [
             oci.write_layer(
                 root,
                 list(oci.tree_entries(root, exclude=_RUNTIME_MOUNTS)),
-                epoch=epoch,
+                epoch=base_epoch,
                 blobs=blobs,
                 gzip_cache=gzip_cache,
                 created_by=f"debootstrap --variant=minbase {rootfs.RELEASE}; "
@@ -181,12 +219,19 @@ def build_image(
             ),
             oci.write_layer(
                 tree,
-                list(oci.tree_entries(tree, include=[VENV])),
+                dependency_entries,
+                epoch=base_epoch,
+                blobs=blobs,
+                gzip_cache=gzip_cache,
+                created_by=f"python3 -m venv {VENV}; pip install --no-index --require-hashes -r requirements.lock",
+            ),
+            oci.write_layer(
+                tree,
+                project_entries,
                 epoch=epoch,
                 blobs=blobs,
                 gzip_cache=gzip_cache,
-                created_by=f"python3 -m venv {VENV}; pip install --no-index --require-hashes "
-                f"-r requirements.lock; pip install k8s-bridge=={version}",
+                created_by=f"pip install --no-index k8s-bridge=={version}",
             ),
         ]
         debs = sbom.dpkg_packages((root / "var" / "lib" / "dpkg" / "status").read_text())
@@ -209,7 +254,7 @@ def build_image(
                 "org.opencontainers.image.version": version,
             },
         )
-        site_packages = tree / VENV.lstrip("/") / "lib" / "python3.11" / "site-packages"
+        site_packages = tree / SITE_PACKAGES.lstrip("/")
         pys = sbom.read_python_packages(site_packages)
         document = sbom.spdx_document(name=spec.name, reference=reference, digest=digest, epoch=epoch, packages=[*debs, *pys])
         (target / "sbom.spdx.json").write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")

@@ -32,6 +32,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -45,6 +46,7 @@ __all__ = [
     "SECURITY_MIRROR",
     "chroot_env",
     "ensure_root",
+    "root_epoch",
     "run",
 ]
 
@@ -139,6 +141,7 @@ def _cached(target: Path, build: Callable[[Path], None], *, rebuild: bool) -> Pa
             remove_root(old / "root")
             shutil.rmtree(old, ignore_errors=True)
         os.replace(scratch / "root", target)
+        target.with_name(target.name + ".epoch").write_text(f"{int(time.time())}\n")
     finally:
         remove_root(scratch / "root")
         shutil.rmtree(scratch, ignore_errors=True)
@@ -253,6 +256,15 @@ def _make_root(root: Path, *, stage: Path, packages: Sequence[str], purge: Seque
     compile_python(root, "/usr/lib/python3.11", "/usr/lib/python3", "/usr/share/python3")
 
 
+def root_epoch(root: Path) -> int:
+    """When ``root`` was made (recorded beside it): the time of its layer's entries, so that a new
+    commit of the project does not change the layer of a root that did not change."""
+    record = root.with_name(root.name + ".epoch")
+    if not record.exists():
+        record.write_text(f"{int(time.time())}\n")
+    return int(record.read_text())
+
+
 def ensure_root(
     *, cache: Path, bridge: str, packages: Sequence[str], purge: Sequence[str], mirror: str, rebuild: bool
 ) -> Path:
@@ -271,4 +283,5 @@ def ensure_root(
     for stale in (*cache.glob("stage-*"), *cache.glob(f"root-{bridge}-*")):
         if stale not in (stage, root) and stale.is_dir():
             remove_root(stale)
+            stale.with_name(stale.name + ".epoch").unlink(missing_ok=True)
     return root
