@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import stat
 import tarfile
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from bridge.sandbox.images.build import VENV
 from bridge.sandbox.images.wheels import REQUIREMENTS_LOCK, parse_lock, project_version
-
 from tests.fixtures.images import Built, blob, build_images
 
 NAMES = ["k8s-bridge", "ray-bridge"]
@@ -40,15 +41,27 @@ def test_the_layers_have_fixed_times_no_owner_names_and_no_set_id_bits(
     built_images: dict[str, Built], name: str
 ) -> None:
     image = built_images[name]
-    epochs = set()
-    for info in image.members().values():
-        epochs.add(info.mtime)
-        assert info.uname == "" and info.gname == "", info.name
-        if info.isfile():
-            assert not info.mode & (stat.S_ISUID | stat.S_ISGID), f"{info.name} is set-user/group-ID"
-    assert len(epochs) == 1
-    created = image.config()["created"]
-    assert created.endswith("Z")
+    layers = image.manifest()["layers"]
+    epochs = []
+    for layer in layers:
+        times = set()
+        with (
+            gzip.open(blob(image.layout, layer["digest"])) as raw,
+            tarfile.open(fileobj=raw, mode="r|") as tar,
+        ):
+            for info in tar:
+                times.add(info.mtime)
+                assert info.uname == "", info.name
+                assert info.gname == "", info.name
+                if info.isfile():
+                    assert not info.mode & (stat.S_ISUID | stat.S_ISGID), f"{info.name} is set-user/group-ID"
+        assert len(times) == 1, f"{layer['digest']}: more than one mtime"
+        epochs.append(times.pop())
+    # The root and the dependencies share the root's time; the project's layer is the image's time.
+    assert len(layers) == 3
+    assert epochs[0] == epochs[1]
+    created = datetime.strptime(image.config()["created"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    assert epochs[2] == int(created.timestamp())
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -59,7 +72,8 @@ def test_the_image_runs_its_console_script_as_nobody(built_images: dict[str, Bui
     assert config["Env"][0].startswith(f"PATH={VENV}/bin:")
     members = built_images[name].members()
     script = members[f"{VENV.lstrip('/')}/bin/{name}"]
-    assert script.isfile() and script.mode & 0o111
+    assert script.isfile()
+    assert script.mode & 0o111
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -78,7 +92,9 @@ def test_only_run_time_contents(built_images: dict[str, Built], name: str) -> No
         assert absent not in members, f"{absent} is in {name}"
     assert not [n for n in members if n.startswith("var/lib/apt/lists/") and n.endswith("_Packages")]
     assert not [n for n in members if "/site-packages/pip/" in n]
-    assert not [n for n in members if n.startswith("dev/") and not members[n].isdir() and not members[n].issym()]
+    assert not [
+        n for n in members if n.startswith("dev/") and not members[n].isdir() and not members[n].issym()
+    ]
     assert "usr/bin/python3.11" in members
     assert "usr/share/doc/libc6/copyright" in members
     # Every .pyc is hash-based and unchecked: flags 0b01 in the header's second word, no timestamp.
@@ -86,8 +102,6 @@ def test_only_run_time_contents(built_images: dict[str, Built], name: str) -> No
     assert len(pycs) > 500
     layout = built_images[name].layout
     for layer in built_images[name].manifest()["layers"]:
-        import gzip
-
         with gzip.open(blob(layout, layer["digest"])) as raw, tarfile.open(fileobj=raw, mode="r|") as tar:
             for info in tar:
                 if info.name.endswith(".pyc"):
@@ -110,7 +124,9 @@ def test_the_sbom_lists_what_is_installed(built_images: dict[str, Built], name: 
     root = packages[0]
     assert root["versionInfo"] == image.digest
     purls = {ref["referenceLocator"] for p in packages[1:] for ref in p["externalRefs"]}
-    pypi = {p.split("@")[0].removeprefix("pkg:pypi/"): p.split("@")[1] for p in purls if p.startswith("pkg:pypi/")}
+    pypi = {
+        p.split("@")[0].removeprefix("pkg:pypi/"): p.split("@")[1] for p in purls if p.startswith("pkg:pypi/")
+    }
     expected = {_normalized(pin.name): pin.version for pin in parse_lock(REQUIREMENTS_LOCK.read_text())}
     expected["k8s-bridge"] = project_version()
     assert pypi == expected
@@ -122,6 +138,11 @@ def test_the_sbom_lists_what_is_installed(built_images: dict[str, Built], name: 
     # Every Debian package named is really installed in the image: its dpkg list file is there.
     members = image.members()
     for deb in debs:
-        assert any(n.startswith(f"var/lib/dpkg/info/{deb}.") or n.startswith(f"var/lib/dpkg/info/{deb}:") for n in members), deb
-    contained = {r["relatedSpdxElement"] for r in document["relationships"] if r["relationshipType"] == "CONTAINS"}
+        assert any(
+            n.startswith(f"var/lib/dpkg/info/{deb}.") or n.startswith(f"var/lib/dpkg/info/{deb}:")
+            for n in members
+        ), deb
+    contained = {
+        r["relatedSpdxElement"] for r in document["relationships"] if r["relationshipType"] == "CONTAINS"
+    }
     assert contained == {p["SPDXID"] for p in packages[1:]}

@@ -25,7 +25,6 @@ from bridge.sandbox.e2e import E2ESettings, E2EStack, local_queue_object, priori
 from bridge.sandbox.processes import StackError, free_port
 from bridge.sandbox.slurm import SlurmCluster
 from bridge.sandbox.stack import KubeStack
-
 from tests.fixtures.images import Built, Podman
 
 READY_TIMEOUT = 240.0
@@ -38,7 +37,8 @@ def test_help_runs_as_nobody(built_images: dict[str, Built], podman: Podman, nam
     helped = podman.run(image, "--help")
     assert helped.returncode == 0, helped.stderr
     assert helped.stdout.startswith("usage:")
-    assert "--kubeconfig" in helped.stdout and "--config" in helped.stdout
+    assert "--kubeconfig" in helped.stdout
+    assert "--config" in helped.stdout
     who = podman.run(image, "-u", entrypoint="id")
     assert who.returncode == 0, who.stderr
     assert who.stdout.strip() == "65534"
@@ -62,7 +62,9 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
 
 
 @pytest.fixture(scope="module")
-def site(kube_stack: KubeStack, slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
+def site(
+    kube_stack: KubeStack, slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[E2EStack]:
     stack = E2EStack(
         kube=kube_stack,
         slurm=slurm_cluster,
@@ -93,8 +95,24 @@ def mounts(site: E2EStack, tmp_path: Path) -> Path:
     kubeconfig = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "stack", "cluster": {"server": site.kube.control_plane.server, "certificate-authority-data": data(certs.ca_cert)}}],
-        "users": [{"name": "admin", "user": {"client-certificate-data": data(certs.admin_cert), "client-key-data": data(certs.admin_key)}}],
+        "clusters": [
+            {
+                "name": "stack",
+                "cluster": {
+                    "server": site.kube.control_plane.server,
+                    "certificate-authority-data": data(certs.ca_cert),
+                },
+            }
+        ],
+        "users": [
+            {
+                "name": "admin",
+                "user": {
+                    "client-certificate-data": data(certs.admin_cert),
+                    "client-key-data": data(certs.admin_key),
+                },
+            }
+        ],
         "contexts": [{"name": "stack", "context": {"cluster": "stack", "user": "admin"}}],
         "current-context": "stack",
     }
@@ -116,14 +134,17 @@ def _wait_ready(podman: Podman, container: str, port: int) -> None:
         if state not in ("running", "created", "configured"):
             break
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as answer:  # noqa: S310
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as answer:
                 if answer.status == 200:
                     return
         except (urllib.error.URLError, OSError) as error:
             last = str(error)
         time.sleep(1)
     logs = podman("logs", container, check=False)
-    pytest.fail(f"{container} never became ready ({last}); state {state!r}; logs:\n{(logs.stdout + logs.stderr)[-4000:]}")
+    pytest.fail(
+        f"{container} never became ready ({last}); state {state!r}; "
+        f"logs:\n{(logs.stdout + logs.stderr)[-4000:]}"
+    )
 
 
 def _bridge_options(mounts: Path, *extra: str) -> list[str]:
@@ -161,17 +182,30 @@ def test_the_slurm_image_scontrol_talks_to_slurmctld(
     built_images: dict[str, Built], podman: Podman, site: E2EStack, mounts: Path
 ) -> None:
     token = site.slurm.token(lifespan=600)
-    options = ["--network=host", "-v", f"{mounts}:/etc/k8s-bridge:ro", "-e", "SLURM_CONF=/etc/k8s-bridge/slurm.conf"]
+    options = [
+        "--network=host",
+        "-v",
+        f"{mounts}:/etc/k8s-bridge:ro",
+        "-e",
+        "SLURM_CONF=/etc/k8s-bridge/slurm.conf",
+    ]
     version = podman.run(built_images["k8s-bridge"], "--version", entrypoint="scontrol", options=options)
     assert version.returncode == 0, version.stderr
     assert version.stdout.split() == ["slurm-wlm", site.slurm.package_version]
     ping = podman.run(
-        built_images["k8s-bridge"], "ping", entrypoint="scontrol", options=[*options, "-e", f"SLURM_JWT={token}"]
+        built_images["k8s-bridge"],
+        "ping",
+        entrypoint="scontrol",
+        options=[*options, "-e", f"SLURM_JWT={token}"],
     )
     assert ping.returncode == 0, ping.stdout + ping.stderr
     assert "is UP" in ping.stdout
     nodes = podman.run(
-        built_images["k8s-bridge"], "show", "partitions", entrypoint="scontrol", options=[*options, "-e", f"SLURM_JWT={token}"]
+        built_images["k8s-bridge"],
+        "show",
+        "partitions",
+        entrypoint="scontrol",
+        options=[*options, "-e", f"SLURM_JWT={token}"],
     )
     assert nodes.returncode == 0, nodes.stderr
     assert "PartitionName=" in nodes.stdout
@@ -182,7 +216,9 @@ def test_the_ray_image_becomes_ready(
 ) -> None:
     namespace, queue, priority = "images-ray", "images-ray", "images-ray-low"
     site.kube.control_plane.ensure_namespace(namespace)
-    site.client.apply(*local_queue_object(queue, namespace=namespace, cluster_queue=site.settings.cluster_queue))
+    site.client.apply(
+        *local_queue_object(queue, namespace=namespace, cluster_queue=site.settings.cluster_queue)
+    )
     site.client.apply(*priority_class_object(priority, value=10))
     mixing = "images-ray"
     site.client.apply(

@@ -82,7 +82,9 @@ def build(options: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m bridge.sandbox.images", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python3 -m bridge.sandbox.images", description=__doc__.split("\n")[0]
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     build_parser = sub.add_parser("build", help="build the images (OCI layouts and SBOMs)")
     build_parser.add_argument("--bridge", choices=[*IMAGES, "all"], default="all")

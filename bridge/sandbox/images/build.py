@@ -41,6 +41,7 @@ __all__ = ["IMAGES", "BuiltImage", "ImageSpec", "build_image", "source_date_epoc
 
 VENV = "/opt/k8s-bridge"
 SITE_PACKAGES = f"{VENV}/lib/python3.11/site-packages"
+INCOMING = "/tmp/wheels"  # noqa: S108 (inside the image's root, a folder of the build's own)
 USER = "65534:65534"
 # A runtime mounts its own over these: their contents in a root are never seen.
 _RUNTIME_MOUNTS = ("dev", "proc", "sys")
@@ -65,7 +66,7 @@ IMAGES: Mapping[str, ImageSpec] = {
         name="k8s-bridge",
         program="k8s-bridge",
         description="The Slurm bridge of k8s-bridge: Kueue admits held Slurm jobs as JobSets of slurmd pods",
-        packages=("slurm-client", "libmunge2"),
+        packages=("slurm-client", "slurm-wlm-jwt-plugin", "libmunge2"),
         purge=("munge",),
     ),
     "ray": ImageSpec(
@@ -98,7 +99,10 @@ def source_date_epoch() -> int:
     if configured:
         return int(configured)
     completed = subprocess.run(
-        ["git", "-C", str(REPO_ROOT), "log", "-1", "--format=%ct"], capture_output=True, text=True, check=False
+        ["git", "-C", str(REPO_ROOT), "log", "-1", "--format=%ct"],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     text = completed.stdout.strip()
     return int(text) if completed.returncode == 0 and text.isdigit() else 0
@@ -111,12 +115,14 @@ def _chroot(tree: Path, argv: Sequence[str], *, what: str) -> None:
 
 def _pip_argv(pip_wheel: Path) -> list[str]:
     return [
-        f"{VENV}/bin/python", f"/tmp/wheels/{pip_wheel.name}/pip", "install", "--no-index",
-        "--find-links", "/tmp/wheels", "--no-compile", "--no-deps", "--disable-pip-version-check", "--quiet",
+        f"{VENV}/bin/python", f"{INCOMING}/{pip_wheel.name}/pip", "install", "--no-index",
+        "--find-links", INCOMING, "--no-compile", "--no-deps", "--disable-pip-version-check", "--quiet",
     ]  # fmt: skip
 
 
-def _install_dependencies(tree: Path, *, requirement_wheels: Sequence[Path], pip_wheel: Path, project_wheel: Path) -> None:
+def _install_dependencies(
+    tree: Path, *, requirement_wheels: Sequence[Path], pip_wheel: Path, project_wheel: Path
+) -> None:
     """The virtualenv with the locked wheels, compiled; the wheels left in /tmp/wheels for the next step."""
     incoming = tree / "tmp" / "wheels"
     incoming.mkdir(parents=True)
@@ -124,7 +130,7 @@ def _install_dependencies(tree: Path, *, requirement_wheels: Sequence[Path], pip
         shutil.copyfile(wheel, incoming / wheel.name)
     shutil.copyfile(wheels.REQUIREMENTS_LOCK, incoming / "requirements.lock")
     _chroot(tree, ["python3", "-m", "venv", "--without-pip", VENV], what="making the virtualenv")
-    argv = [*_pip_argv(pip_wheel), "--require-hashes", "-r", "/tmp/wheels/requirements.lock"]
+    argv = [*_pip_argv(pip_wheel), "--require-hashes", "-r", f"{INCOMING}/requirements.lock"]
     _chroot(tree, argv, what="installing the locked wheels")
     rootfs.compile_python(tree, VENV)
 
@@ -179,7 +185,12 @@ def build_image(
     """Build ``spec``'s image into ``out/<name>/`` (replacing what was there); see the module docstring."""
     started = time.monotonic()
     root = rootfs.ensure_root(
-        cache=cache, bridge=spec.bridge, packages=spec.packages, purge=spec.purge, mirror=mirror, rebuild=rebuild
+        cache=cache,
+        bridge=spec.bridge,
+        packages=spec.packages,
+        purge=spec.purge,
+        mirror=mirror,
+        rebuild=rebuild,
     )
     version = wheels.project_version()
     reference = f"localhost/{spec.name}:{version}"
@@ -199,7 +210,9 @@ def build_image(
         )
         dependency_entries = list(oci.tree_entries(tree, include=[VENV]))
         _install_project(tree, pip_wheel=pip_wheel)
-        project_entries = _added_entries(list(oci.tree_entries(tree, include=[VENV])), set(dependency_entries))
+        project_entries = _added_entries(
+            list(oci.tree_entries(tree, include=[VENV])), set(dependency_entries)
+        )
         target = scratch / spec.name
         layout = target / "oci"
         blobs = layout / "blobs"
@@ -223,7 +236,8 @@ def build_image(
                 epoch=base_epoch,
                 blobs=blobs,
                 gzip_cache=gzip_cache,
-                created_by=f"python3 -m venv {VENV}; pip install --no-index --require-hashes -r requirements.lock",
+                created_by=f"python3 -m venv {VENV}; "
+                "pip install --no-index --require-hashes -r requirements.lock",
             ),
             oci.write_layer(
                 tree,
@@ -256,7 +270,9 @@ def build_image(
         )
         site_packages = tree / SITE_PACKAGES.lstrip("/")
         pys = sbom.read_python_packages(site_packages)
-        document = sbom.spdx_document(name=spec.name, reference=reference, digest=digest, epoch=epoch, packages=[*debs, *pys])
+        document = sbom.spdx_document(
+            name=spec.name, reference=reference, digest=digest, epoch=epoch, packages=[*debs, *pys]
+        )
         (target / "sbom.spdx.json").write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
         final = out / spec.name
         built = BuiltImage(

@@ -116,7 +116,9 @@ class _Hashing:
             self.target.flush()
 
 
-def _tar_info(tree: Path, rel: str, *, epoch: int, links: dict[tuple[int, int], str]) -> tarfile.TarInfo | None:
+def _tar_info(
+    tree: Path, rel: str, *, epoch: int, links: dict[tuple[int, int], str]
+) -> tarfile.TarInfo | None:
     st = os.lstat(tree / rel)
     info = tarfile.TarInfo(rel)
     info.mtime = epoch
@@ -174,10 +176,12 @@ def write_layer(
         fd, partial_name = tempfile.mkstemp(dir=gzip_cache, prefix=".partial-")
         partial = Path(partial_name)
         try:
-            with os.fdopen(fd, "wb") as raw:
-                with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=_GZIP_LEVEL, mtime=0) as gz:
-                    again = _Hashing(gz)  # type: ignore[arg-type]
-                    _write_tar(tree, entries, epoch=epoch, out=again)
+            with (
+                os.fdopen(fd, "wb") as raw,
+                gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=_GZIP_LEVEL, mtime=0) as gz,
+            ):
+                again = _Hashing(gz)  # type: ignore[arg-type]
+                _write_tar(tree, entries, epoch=epoch, out=again)
             if f"sha256:{again.sha.hexdigest()}" != diff_id:
                 raise RuntimeError(f"the tree under {tree} changed while its layer was written")
             os.replace(partial, cached)
@@ -240,7 +244,12 @@ def _put_blob(blobs: Path, data: bytes) -> tuple[str, int]:
 
 
 def write_layout(
-    layout: Path, *, layers: Sequence[Layer], config: Mapping[str, Any], ref: str, annotations: Mapping[str, str]
+    layout: Path,
+    *,
+    layers: Sequence[Layer],
+    config: Mapping[str, Any],
+    ref: str,
+    annotations: Mapping[str, str],
 ) -> str:
     """Finish an OCI image layout whose ``blobs`` hold ``layers``: config, manifest, index.json and
     oci-layout. Returns the manifest's digest, the image's digest."""

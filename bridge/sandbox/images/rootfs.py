@@ -4,9 +4,10 @@ Why debootstrap: no base image can be pulled here, and Debian's mirror can be re
 ``--variant=minbase`` bookworm root with the Python 3.11 interpreter, its standard library and the
 CA certificates (the *stage*) is made and brought up to date from bookworm-updates and
 bookworm-security once; each bridge's root is a copy of it with that bridge's Debian packages added
-(the Slurm bridge: ``slurm-client`` for the ``scontrol`` fallback and ``libmunge2``, which its
-auth/munge plugin loads; munge's daemon package, a dependency of ``slurm-client``, is purged again,
-and with it any key its installation made), then cut down:
+(the Slurm bridge: ``slurm-client`` for the ``scontrol`` fallback, ``slurm-wlm-jwt-plugin`` with
+which it authenticates by the bridge's JWT, and ``libmunge2``, which the auth/munge plugin loads;
+munge's daemon package, a dependency of ``slurm-client``, is purged again, and with it any key its
+installation made), then cut down:
 
 - packages that only install or configure software (apt and its libraries, the archive keyring,
   gpgv, e2fsprogs, adduser, debconf's perl) are purged with dpkg, so its status file stays the
@@ -149,7 +150,11 @@ def _cached(target: Path, build: Callable[[Path], None], *, rebuild: bool) -> Pa
 
 
 def _apt(root: Path, *args: str, what: str) -> None:
-    run(["chroot", str(root), "apt-get", "-q", "-y", "-o", "Dpkg::Use-Pty=0", *args], what=what, env=chroot_env())
+    run(
+        ["chroot", str(root), "apt-get", "-q", "-y", "-o", "Dpkg::Use-Pty=0", *args],
+        what=what,
+        env=chroot_env(),
+    )
 
 
 def _make_stage(root: Path, *, cache: Path, mirror: str) -> None:
@@ -239,14 +244,24 @@ def _make_root(root: Path, *, stage: Path, packages: Sequence[str], purge: Seque
     run(["cp", "-a", f"{stage}/.", str(root)], what="copying the stage")
     with system_mounts(root):
         if packages:
-            _apt(root, "install", "--no-install-recommends", *packages, what=f"installing {' '.join(packages)}")
+            _apt(
+                root, "install", "--no-install-recommends", *packages, what=f"installing {' '.join(packages)}"
+            )
         # The bridge's own purges first: their maintainer scripts may still need the installers.
         for names in (purge, PURGED):
             present = _installed(root)
             removed = [name for name in names if name in present]
             if removed:
                 run(
-                    ["chroot", str(root), "dpkg", "--purge", "--force-depends", "--force-remove-essential", *removed],
+                    [
+                        "chroot",
+                        str(root),
+                        "dpkg",
+                        "--purge",
+                        "--force-depends",
+                        "--force-remove-essential",
+                        *removed,
+                    ],
                     what=f"purging {' '.join(removed)}",
                     env=chroot_env(),
                 )
@@ -271,7 +286,9 @@ def ensure_root(
     """The cut-down root of ``bridge`` (with ``packages`` added, ``purge`` removed), made when missing."""
     stage_key = _key(_STAGE_RECIPE, RELEASE, mirror, *BASE_PACKAGES)
     stage = _cached(
-        cache / f"stage-{stage_key}", lambda root: _make_stage(root, cache=cache, mirror=mirror), rebuild=rebuild
+        cache / f"stage-{stage_key}",
+        lambda root: _make_stage(root, cache=cache, mirror=mirror),
+        rebuild=rebuild,
     )
     root_key = _key(_ROOT_RECIPE, stage_key, *packages, "--", *purge, *PURGED)
     root = _cached(

@@ -71,7 +71,9 @@ def dpkg_packages(status: str) -> list[Package]:
                 version=version,
                 architecture=fields.get("Architecture", ""),
                 source=f"{source}@{source_version.strip('()') or version}" if source else "",
-                supplier=f"Organization: {fields['Maintainer']}" if fields.get("Maintainer") else "NOASSERTION",
+                supplier=f"Organization: {fields['Maintainer']}"
+                if fields.get("Maintainer")
+                else "NOASSERTION",
             )
         )
     return sorted(found)
@@ -87,12 +89,16 @@ def python_packages(metadata_texts: Iterable[str]) -> list[Package]:
             continue
         # Only an SPDX expression is an SPDX license; free-text License fields and classifiers are not.
         license_text = headers.get("License-Expression") or ""
-        found.append(Package(ecosystem="pypi", name=name, version=version, license=license_text or "NOASSERTION"))
+        found.append(
+            Package(ecosystem="pypi", name=name, version=version, license=license_text or "NOASSERTION")
+        )
     return sorted(found)
 
 
 def read_python_packages(site_packages: Path) -> list[Package]:
-    return python_packages(p.read_text(errors="replace") for p in sorted(site_packages.glob("*.dist-info/METADATA")))
+    return python_packages(
+        p.read_text(errors="replace") for p in sorted(site_packages.glob("*.dist-info/METADATA"))
+    )
 
 
 def spdx_document(
@@ -133,7 +139,11 @@ def spdx_document(
             "copyrightText": "NOASSERTION",
             "supplier": package.supplier,
             "externalRefs": [
-                {"referenceCategory": "PACKAGE-MANAGER", "referenceType": "purl", "referenceLocator": package.purl}
+                {
+                    "referenceCategory": "PACKAGE-MANAGER",
+                    "referenceType": "purl",
+                    "referenceLocator": package.purl,
+                }
             ],
         }
         if package.source:

@@ -57,7 +57,9 @@ PLATFORMS = (
     "manylinux2010_x86_64",
     "manylinux1_x86_64",
 )
-_PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>\S+)\s+--hash=sha256:(?P<sha>[0-9a-f]{64})$")
+_PIN = re.compile(
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>\S+)\s+--hash=sha256:(?P<sha>[0-9a-f]{64})$"
+)
 
 
 @dataclass(frozen=True, order=True)
