@@ -47,6 +47,15 @@ def _load(layout: str, reference: str) -> None:
     )
 
 
+def _prune_gzip_cache(folder: Path, *, keep: set[str], max_age: float = 7 * 86400) -> None:
+    """Drop compressed layers this build did not use and no build used for ``max_age`` seconds
+    (every commit adds a project layer; other checkouts may still use recent ones)."""
+    now = time.time()
+    for path in folder.glob("*.tar.gz"):
+        if path.name.removesuffix(".tar.gz") not in keep and now - path.stat().st_mtime > max_age:
+            path.unlink(missing_ok=True)
+
+
 def build(options: argparse.Namespace) -> int:
     _check_prerequisites()
     started = time.monotonic()
@@ -59,6 +68,7 @@ def build(options: argparse.Namespace) -> int:
     project_wheel = wheels.build_project_wheel(cache=cache, wheels=wheelhouse, out=with_project, epoch=epoch)
     out = Path(options.out) if options.out else cache / "out"
     names = list(IMAGES) if options.bridge == "all" else [options.bridge]
+    used: set[str] = set()
     for name in names:
         built = build_image(
             IMAGES[name],
@@ -70,6 +80,7 @@ def build(options: argparse.Namespace) -> int:
             mirror=options.mirror,
             rebuild=options.no_cache,
         )
+        used.update(layer["diff_id"].removeprefix("sha256:") for layer in built.layers)
         if options.load:
             _load(built.layout, built.reference)
         summary = {k: v for k, v in asdict(built).items() if k != "layers"}
@@ -77,6 +88,7 @@ def build(options: argparse.Namespace) -> int:
         summary["compressed_mb"] = round(built.compressed_bytes / 1e6, 1)
         print(json.dumps(summary, sort_keys=True), flush=True)
     shutil.rmtree(with_project, ignore_errors=True)
+    _prune_gzip_cache(cache / "gzip", keep=used)
     print(f"images: built {', '.join(names)} in {time.monotonic() - started:.1f}s", file=sys.stderr)
     return 0
 

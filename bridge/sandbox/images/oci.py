@@ -187,6 +187,8 @@ def write_layer(
             os.replace(partial, cached)
         finally:
             partial.unlink(missing_ok=True)
+    else:
+        os.utime(cached)  # used now: kept by the cache's pruning
     digest = _file_sha256(cached)
     target = blobs / "sha256" / digest
     target.parent.mkdir(parents=True, exist_ok=True)
