@@ -13,7 +13,10 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import yaml
 
+from bridge.sandbox.build import REPO_ROOT
+from bridge.sandbox.images.build import IMAGES
 from bridge.sandbox.images.oci import image_config, tree_entries, write_layer, write_layout
 from bridge.sandbox.images.sbom import dpkg_packages, python_packages, spdx_document
 from bridge.sandbox.images.wheels import (
@@ -22,6 +25,7 @@ from bridge.sandbox.images.wheels import (
     Pin,
     parse_lock,
     project_dependencies,
+    project_version,
     render_lock,
 )
 
@@ -212,3 +216,14 @@ def test_set_id_bits_are_cleared_for_files_only(tmp_path: Path) -> None:
     (member,) = _members(tmp_path / "b" / "sha256" / layer.digest.removeprefix("sha256:"))
     assert member.isdir()
     assert stat.S_IMODE(member.mode) == 0o1777
+
+
+def test_the_charts_default_images_are_what_the_build_makes() -> None:
+    chart = REPO_ROOT / "charts" / "k8s-bridge"
+    values = yaml.safe_load((chart / "values.yaml").read_text())
+    app_version = yaml.safe_load((chart / "Chart.yaml").read_text())["appVersion"]
+    assert app_version == project_version()
+    for key, bridge in (("slurmBridge", "slurm"), ("rayBridge", "ray")):
+        image = values[key]["image"]
+        assert image["repository"] == f"localhost/{IMAGES[bridge].name}"
+        assert image["tag"] in ("", project_version())
