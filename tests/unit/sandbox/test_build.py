@@ -89,3 +89,23 @@ def test_helm_is_cached_by_version_and_built_by_build_all(
     assert versions["helm"]["module"] == "helm.sh/helm/v3"
     assert build.stack_paths().helm == tmp_path / "bin" / f"helm-{versions['helm']['version']}" / "helm"
     assert versions["helm"]["version"] in build.render_matrix(versions)
+
+
+def test_kubectl_is_the_control_planes_release_cached_apart_and_built_by_build_all(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("K8S_BRIDGE_CACHE", str(tmp_path))
+    monkeypatch.delenv("KUBEBUILDER_ASSETS", raising=False)
+    versions = build.load_versions()
+    paths = build.stack_paths()
+    assert paths.kubectl == tmp_path / "bin" / f"kubectl-{versions['kubernetes']['version']}-stamped" / "kubectl"
+    assert paths.kubectl.parent != paths.kube_scheduler.parent  # the control plane's entry is not rebuilt
+    assert "kubectl" in build.render_matrix(versions)
+    built: list[str] = []
+    monkeypatch.setattr(build, "build_kubernetes", lambda _: built.append("kubernetes"))
+    monkeypatch.setattr(build, "build_kubectl", lambda _: built.append("kubectl"))
+    monkeypatch.setattr(build, "_go_build_module", lambda *_, **__: None)
+    monkeypatch.setattr(build, "build_helm", lambda _: None)
+    monkeypatch.setattr(build, "install_crds", lambda _: None)
+    build.build_all()
+    assert built == ["kubernetes", "kubectl"]
