@@ -218,7 +218,10 @@ def build_kubectl(versions: Mapping[str, Any]) -> None:
     def build(scratch: Path) -> None:
         wrapper = _kubernetes_wrapper(scratch, versions, commands=(package,))
         ldflags = _kubernetes_ldflags(versions["kubernetes"]["version"])
-        _run([_go(), "build", "-trimpath", f"-ldflags={ldflags}", "-o", str(scratch) + "/", package], cwd=wrapper)
+        _run(
+            [_go(), "build", "-trimpath", f"-ldflags={ldflags}", "-o", str(scratch) + "/", package],
+            cwd=wrapper,
+        )
         shutil.rmtree(wrapper)
 
     _install_atomically(target, build)

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["DIAGRAMS", "render", "source_digest", "stamped_digest", "sources"]
+__all__ = ["DIAGRAMS", "render", "source_digest", "sources", "stamped_digest"]
 
 DIAGRAMS = Path(__file__).resolve().parents[2] / "docs" / "diagrams"
 _STAMP = "<!-- source sha256: {digest} (python -m bridge.sandbox.diagrams) -->"
@@ -49,17 +49,19 @@ def render(source: Path) -> str:
     dot = shutil.which("dot")
     if dot is None:
         raise FileNotFoundError("Graphviz 'dot' is not installed: apt-get install graphviz")
-    done = subprocess.run(  # noqa: S603 - fixed argv, the source is a checked-in file
-        [dot, "-Tsvg", str(source)], check=True, capture_output=True, text=True
-    )
+    done = subprocess.run([dot, "-Tsvg", str(source)], check=True, capture_output=True, text=True)
     head, sep, rest = done.stdout.partition("?>\n")
     stamp = _STAMP.format(digest=source_digest(source))
     return f"{head}{sep}{stamp}\n{rest}" if sep else f"{stamp}\n{done.stdout}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bridge.sandbox.diagrams", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="fail if a checked-in SVG differs from a fresh render")
+    parser = argparse.ArgumentParser(
+        prog="python -m bridge.sandbox.diagrams", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="fail if a checked-in SVG differs from a fresh render"
+    )
     args = parser.parse_args(argv)
     stale = []
     for source in sources():

@@ -98,7 +98,9 @@ def test_kubectl_is_the_control_planes_release_cached_apart_and_built_by_build_a
     monkeypatch.delenv("KUBEBUILDER_ASSETS", raising=False)
     versions = build.load_versions()
     paths = build.stack_paths()
-    assert paths.kubectl == tmp_path / "bin" / f"kubectl-{versions['kubernetes']['version']}-stamped" / "kubectl"
+    assert (
+        paths.kubectl == tmp_path / "bin" / f"kubectl-{versions['kubernetes']['version']}-stamped" / "kubectl"
+    )
     assert paths.kubectl.parent != paths.kube_scheduler.parent  # the control plane's entry is not rebuilt
     assert "kubectl" in build.render_matrix(versions)
     built: list[str] = []
