@@ -179,8 +179,8 @@ def _print_guide(kube: KubeStack, slurm: SlurmCluster, stack: E2EStack) -> None:
         f"sbatch --hold -p bridge -N1 --chdir={slurm.jobs_dir} --wrap=hostname"
     )
     _say(
-        f"explain a job: python -m bridge.slurm --kubeconfig {kube.kubeconfig} "
-        f"--config {stack.mixing_name} explain <job-id>"
+        f"explain a job: python -m bridge.slurm explain <job-id> --kubeconfig {kube.kubeconfig} "
+        f"--config {stack.mixing_name}"
     )
 
 

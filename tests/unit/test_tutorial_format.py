@@ -60,6 +60,9 @@ def test_only_console_blocks_are_run_with_continuations_and_their_output() -> No
         ([], ["noise"], False),
         (["a"], ["a", ""], True),
         (["x.y"], ["xzy"], False),
+        (["now: {{...}}"], ["now: wait for Kueue, 2 s"], True),
+        (["a {{...}} z"], ["a b c z"], True),
+        (["a {{...}} z"], ["a b c"], False),
     ],
 )
 def test_matching(expected: list[str], actual: list[str], ok: bool) -> None:
