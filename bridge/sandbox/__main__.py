@@ -43,6 +43,7 @@ from bridge.sandbox.kuberay import (
 )
 from bridge.sandbox.processes import StackError
 from bridge.sandbox.runner import PID_NAMESPACE_ANNOTATION
+from bridge.sandbox.shell_env import write_env_script
 from bridge.sandbox.slurm import SlurmCluster
 from bridge.sandbox.slurm_root import RootBuildError
 from bridge.sandbox.stack import KubeStack
@@ -178,8 +179,8 @@ def _print_guide(kube: KubeStack, slurm: SlurmCluster, stack: E2EStack) -> None:
         f"sbatch --hold -p bridge -N1 --chdir={slurm.jobs_dir} --wrap=hostname"
     )
     _say(
-        f"explain a job: python -m bridge.slurm --kubeconfig {kube.kubeconfig} "
-        f"--config {stack.mixing_name} explain <job-id>"
+        f"explain a job: python -m bridge.slurm explain <job-id> --kubeconfig {kube.kubeconfig} "
+        f"--config {stack.mixing_name}"
     )
 
 
@@ -226,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
             bridge = stack.bridge().start()
             _say(f"k8s-bridge is running (log {bridge.log_path})")
             _print_guide(kube, slurm, stack)
+            env_file = write_env_script(stack, workdir / "env.sh")
+            _say(f"in another shell: source {env_file}   (kubectl, squeue, sbatch ready; docs/tutorial.md)")
             cluster = start_shared_ray_cluster(stack) if args.ray else None
             if cluster is not None:
                 _print_ray_guide(kube, cluster)

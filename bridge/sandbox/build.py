@@ -69,6 +69,7 @@ class StackPaths:
     helm: Path
     prometheus: Path
     promtool: Path
+    kubectl: Path
     crds: Mapping[str, Path]
 
     def as_json(self) -> str:
@@ -98,6 +99,8 @@ def stack_paths(versions: Mapping[str, Any] | None = None) -> StackPaths:
         helm=root / "bin" / f"helm-{versions['helm']['version']}" / "helm",
         prometheus=root / "bin" / f"prometheus-{versions['prometheus']['version']}" / "prometheus",
         promtool=root / "bin" / f"prometheus-{versions['prometheus']['version']}" / "promtool",
+        # The tutorial's client (docs/tutorial.md): Debian's kubernetes-client is 1.20, far out of skew.
+        kubectl=root / "bin" / f"kubectl-{versions['kubernetes']['version']}-stamped" / "kubectl",
         crds={
             name: root / "crds" / f"{name}-{versions[name]['version']}"
             for name in ("kueue", "jobset", "kuberay")
@@ -156,8 +159,18 @@ def _kubernetes_ldflags(version: str) -> str:
     return " ".join(["-s", "-w", *(f"-X {package}.{key}={value}" for key, value in stamps.items())])
 
 
-def _kubernetes_wrapper(scratch: Path, versions: Mapping[str, Any]) -> Path:
-    """A module that requires k8s.io/kubernetes and pins each staging module it replaces locally."""
+_CONTROL_PLANE = (
+    "k8s.io/kubernetes/cmd/kube-apiserver",
+    "k8s.io/kubernetes/cmd/kube-controller-manager",
+    "k8s.io/kubernetes/cmd/kube-scheduler",
+)
+
+
+def _kubernetes_wrapper(
+    scratch: Path, versions: Mapping[str, Any], *, commands: tuple[str, ...] = _CONTROL_PLANE
+) -> Path:
+    """A module that requires k8s.io/kubernetes and pins each staging module it replaces locally;
+    ``commands`` are the packages ``go mod tidy`` keeps the requirements of."""
     k8s_version: str = versions["kubernetes"]["version"]
     staging_version = "v0." + k8s_version.removeprefix("v1.")
     source = _module_dir("k8s.io/kubernetes", k8s_version)
@@ -181,12 +194,8 @@ def _kubernetes_wrapper(scratch: Path, versions: Mapping[str, Any]) -> Path:
         'package main\n\nimport (\n\t"os"\n\n\t"go.etcd.io/etcd/server/v3/etcdmain"\n)\n\n'
         "func main() { etcdmain.Main(os.Args) }\n"
     )
-    (wrapper / "tools.go").write_text(
-        "//go:build tools\n\npackage tools\n\nimport (\n"
-        '\t_ "k8s.io/kubernetes/cmd/kube-apiserver"\n'
-        '\t_ "k8s.io/kubernetes/cmd/kube-controller-manager"\n'
-        '\t_ "k8s.io/kubernetes/cmd/kube-scheduler"\n)\n'
-    )
+    imports = "".join(f'\t_ "{command}"\n' for command in commands)
+    (wrapper / "tools.go").write_text(f"//go:build tools\n\npackage tools\n\nimport (\n{imports})\n")
     _run([_go(), "mod", "tidy", "-e"], cwd=wrapper, env={"GOFLAGS": "-mod=mod"})
     return wrapper
 
@@ -197,15 +206,28 @@ def build_kubernetes(versions: Mapping[str, Any]) -> None:
 
     def build(scratch: Path) -> None:
         wrapper = _kubernetes_wrapper(scratch, versions)
-        commands = [
-            "k8s.io/kubernetes/cmd/kube-apiserver",
-            "k8s.io/kubernetes/cmd/kube-controller-manager",
-            "k8s.io/kubernetes/cmd/kube-scheduler",
-            "./etcd",
-        ]
+        commands = [*_CONTROL_PLANE, "./etcd"]
         ldflags = _kubernetes_ldflags(versions["kubernetes"]["version"])
         argv = [_go(), "build", "-trimpath", f"-ldflags={ldflags}", "-o", str(scratch) + "/", *commands]
         _run(argv, cwd=wrapper)
+        shutil.rmtree(wrapper)
+
+    _install_atomically(target, build)
+
+
+def build_kubectl(versions: Mapping[str, Any]) -> None:
+    """kubectl of the same Kubernetes release, in a wrapper module of its own (the control plane's
+    cache entry stays as it is), stamped like the control plane (``kubectl version`` reads it)."""
+    target = stack_paths(versions).kubectl.parent
+    package = "k8s.io/kubernetes/cmd/kubectl"
+
+    def build(scratch: Path) -> None:
+        wrapper = _kubernetes_wrapper(scratch, versions, commands=(package,))
+        ldflags = _kubernetes_ldflags(versions["kubernetes"]["version"])
+        _run(
+            [_go(), "build", "-trimpath", f"-ldflags={ldflags}", "-o", str(scratch) + "/", package],
+            cwd=wrapper,
+        )
         shutil.rmtree(wrapper)
 
     _install_atomically(target, build)
@@ -331,6 +353,7 @@ def build_all() -> StackPaths:
             "build them from the Go module proxy"
         )
     build_kubernetes(versions)
+    build_kubectl(versions)
     for name, binary, package in (
         ("kueue", paths.kueue, "sigs.k8s.io/kueue/cmd/kueue"),
         ("jobset", paths.jobset, "sigs.k8s.io/jobset"),
@@ -352,7 +375,7 @@ def render_matrix(versions: Mapping[str, Any]) -> str:
     k, s = versions["kubernetes"], versions["slurm"]
     rows = [
         (
-            "Kubernetes (kube-apiserver, kube-controller-manager, kube-scheduler)",
+            "Kubernetes (kube-apiserver, kube-controller-manager, kube-scheduler; kubectl)",
             k["version"],
             f"built from `{k['module']}` via a wrapper go.mod",
         ),

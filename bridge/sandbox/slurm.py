@@ -542,6 +542,11 @@ class SlurmCluster:
         """Run ``scontrol`` as root against this cluster; return its standard output."""
         return self._run(["scontrol", *args], check=check).stdout
 
+    def as_user(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        """Run a Slurm client command (an argv list) as the plain user, as a user of the site would;
+        never raises on a non-zero exit: what the user may not do is the point of calling it."""
+        return self._run(argv, user=self.user, check=False)
+
     def token(self, *, user: str = "slurm", lifespan: int = 3600) -> str:
         """A JWT for ``user`` (SlurmUser by default, which may act for others) from ``scontrol token``."""
         out = self.scontrol("token", f"username={user}", f"lifespan={lifespan}")

@@ -308,6 +308,10 @@ class SlurmBridge(BridgeProgram):
         def on_config(snapshot: ConfigSnapshot | None) -> None:
             if snapshot is not None and snapshot.spec.slurm is not None:
                 jobs.interval = snapshot.spec.slurm.poll_interval_seconds
+            # Every known job is decided again under the new configuration: one refused under the
+            # old one (a limit, a mapping) is bridged now, though Slurm has nothing new to report
+            # and the next poll answers "not modified".
+            jobs.resync()
             jobs.trigger()
             nodes.trigger()
 

@@ -107,3 +107,20 @@ def test_prometheus_and_promtool_are_cached_by_version_and_stamped_as_the_releas
     assert pinned["release"] in build.render_matrix(versions)
     flags = build._prometheus_ldflags(pinned["release"])
     assert f"-X github.com/prometheus/common/version.Version={pinned['release']}" in flags
+def test_kubectl_is_the_control_planes_release_cached_apart_and_built_by_build_all(
+    monkeypatch.delenv("KUBEBUILDER_ASSETS", raising=False)
+    paths = build.stack_paths()
+    assert (
+        paths.kubectl == tmp_path / "bin" / f"kubectl-{versions['kubernetes']['version']}-stamped" / "kubectl"
+    )
+    assert paths.kubectl.parent != paths.kube_scheduler.parent  # the control plane's entry is not rebuilt
+    assert "kubectl" in build.render_matrix(versions)
+    built: list[str] = []
+    monkeypatch.setattr(build, "build_kubernetes", lambda _: built.append("kubernetes"))
+    monkeypatch.setattr(build, "build_kubectl", lambda _: built.append("kubectl"))
+    monkeypatch.setattr(build, "_go_build_module", lambda *_, **__: None)
+    monkeypatch.setattr(build, "build_helm", lambda _: None)
+    monkeypatch.setattr(build, "build_prometheus", lambda _: None)
+    monkeypatch.setattr(build, "install_crds", lambda _: None)
+    build.build_all()
+    assert built == ["kubernetes", "kubectl"]
