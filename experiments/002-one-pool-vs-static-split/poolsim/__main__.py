@@ -92,9 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 result, bucket=args.bucket_hours * 3600 / args.compression
             )
             waits[name] = {
-                kind: [
-                    w for r in result.records.values() if r.job.kind is kind and (w := r.wait) is not None
-                ]
+                kind: [w for r in result.records.values() if r.job.kind is kind and (w := r.wait) is not None]
                 for kind in workload.JobClass
             }
     elapsed = time.monotonic() - began

@@ -6,6 +6,7 @@ small class is not one job's value rounded up.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -59,7 +60,7 @@ def jobs_lost(result: Result) -> list[str]:
 
 def _allocated_node_seconds(samples: Sequence[Sample]) -> float:
     total = 0.0
-    for sample, following in zip(samples, samples[1:], strict=False):
+    for sample, following in itertools.pairwise(samples):
         total += sum(sample.allocated) * (following.time - sample.time)
     return total
 
@@ -103,7 +104,7 @@ def summarise(result: Result) -> Summary:
         wasted_node_seconds=wasted,
         idle_while_waiting=result.idle_while_waiting,
         preemptions=result.preemptions,
-        jobs_lost=len(jobs_lost(result)) + len(result.unschedulable),
+        jobs_lost=len(jobs_lost(result)),  # an unschedulable job never completes: counted there
         classes=tuple(classes),
     )
 
@@ -123,7 +124,7 @@ def utilisation_series(result: Result, *, bucket: float) -> list[tuple[float, fl
     buckets = math.ceil((samples[-1].time - origin) / bucket) or 1
     total = [0.0] * buckets
     by_class = [[0.0] * len(JobClass) for _ in range(buckets)]
-    for sample, following in zip(samples, samples[1:], strict=False):
+    for sample, following in itertools.pairwise(samples):
         t0, t1 = sample.time, following.time
         while t0 < t1:
             index = min(buckets - 1, int((t0 - origin) // bucket))

@@ -116,9 +116,7 @@ def static_split(
 def one_pool(*, slurm_nodes: int, kube_nodes: int, calibration: Calibration, strategy: Strategy) -> Policy:
     return Policy(
         name="one-pool",
-        partitions=(
-            Partition("pool", slurm_nodes + kube_nodes, Scheduler.KUEUE, frozenset(JobClass)),
-        ),
+        partitions=(Partition("pool", slurm_nodes + kube_nodes, Scheduler.KUEUE, frozenset(JobClass)),),
         overheads=calibration.bridged(),
         strategy=strategy,
     )
@@ -139,6 +137,7 @@ class Record:
     preemptions: int = 0
     wasted_node_seconds: float = 0.0
     reservation: float | None = None  # EASY: the start time promised when it first waited at the head
+    spans: list[tuple[float, float]] = field(default_factory=list)  # each holding of its nodes
 
     @property
     def wait(self) -> float | None:
@@ -306,6 +305,7 @@ class Simulator:
         state.free += run.job.nodes
         record.finished = run.work_end
         record.released = now
+        record.spans.append((run.admitted, now))
         record.completions += 1
 
     def _preempt(self, state: _PartitionState, run: _Run, now: float) -> None:
@@ -314,6 +314,7 @@ class Simulator:
         state.free += run.job.nodes
         self.epochs[run.job.name] += 1
         record.preemptions += 1
+        record.spans.append((run.admitted, now))
         record.wasted_node_seconds += run.job.nodes * (now - run.admitted)
         record.running = None
         self.result.preemptions += 1

@@ -133,7 +133,8 @@ def slurm_jobs(trace_jobs: Sequence[SwfJob], params: WorkloadParams) -> list[Job
         if not start <= job.submit < end:
             continue
         procs = job.procs
-        assert procs is not None and job.run_time is not None, "replayable jobs only"
+        if procs is None or job.run_time is None:
+            raise ValueError(f"trace job {job.number} has no size or run time: pass replayable jobs only")
         runtime = max(params.min_runtime, job.run_time / params.compression)
         jobs.append(
             Job(
@@ -151,9 +152,7 @@ def slurm_jobs(trace_jobs: Sequence[SwfJob], params: WorkloadParams) -> list[Job
 
 def _mean_nodes(stream: StreamParams, kube_nodes: int) -> float:
     total = sum(weight for _, weight in stream.size_fractions)
-    return (
-        sum(max(1, round(frac * kube_nodes)) * weight for frac, weight in stream.size_fractions) / total
-    )
+    return sum(max(1, round(frac * kube_nodes)) * weight for frac, weight in stream.size_fractions) / total
 
 
 def synthetic_stream(
