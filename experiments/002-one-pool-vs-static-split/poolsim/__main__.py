@@ -44,10 +44,19 @@ def parser() -> argparse.ArgumentParser:
     for name, default in dataclasses.asdict(sim.Calibration()).items():
         p.add_argument(f"--{name.replace('_', '-')}", type=float, default=default, help="seconds")
     p.add_argument("--bucket-hours", type=float, default=24.0, help="utilisation plot bucket (trace hours)")
+    p.add_argument("--zoom-start", type=float, default=14.0, help="zoom.png's first trace day")
+    p.add_argument("--zoom-days", type=float, default=7.0, help="zoom.png's length in trace days")
+    p.add_argument("--zoom-bucket-hours", type=float, default=1.0)
     p.add_argument("--out", type=Path, default=HERE / "results", help="where the tables and plots go")
     p.add_argument("--name", default="full", help="prefix of the result files")
     p.add_argument("--no-plots", action="store_true")
     return p
+
+
+def _shown(path: Path) -> str:
+    """A path as the results name it: relative to the experiment's folder when inside it."""
+    resolved = path.resolve()
+    return str(resolved.relative_to(HERE)) if resolved.is_relative_to(HERE) else str(path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -76,6 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     strategies = [sim.Strategy(s) for s in (args.strategy or [s.value for s in sim.Strategy])]
     summaries: list[metrics.Summary] = []
     series: dict[str, report.Series] = {}
+    zoom: dict[str, tuple[tuple[str, ...], report.PartitionSeries]] = {}
+    zoom_from = (args.zoom_start - args.start_day) * 86400 / args.compression
+    zoom_to = zoom_from + args.zoom_days * 86400 / args.compression
     waits: dict[str, dict[workload.JobClass, list[float]]] = {}
     for strategy in strategies:
         for make in (sim.static_split, sim.one_pool):
@@ -91,6 +103,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             series[name] = metrics.utilisation_series(
                 result, bucket=args.bucket_hours * 3600 / args.compression
             )
+            if strategy is strategies[0]:
+                zoom[name] = (
+                    tuple(p.name for p in policy.partitions),
+                    metrics.partition_series(
+                        result,
+                        bucket=args.zoom_bucket_hours * 3600 / args.compression,
+                        start=zoom_from,
+                        end=zoom_to,
+                    ),
+                )
             waits[name] = {
                 kind: [w for r in result.records.values() if r.job.kind is kind and (w := r.wait) is not None]
                 for kind in workload.JobClass
@@ -104,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     Path(f"{prefix}-utilisation.csv").write_text(report.utilisation_csv(series, time_scale=args.compression))
     counts = {kind.value: sum(1 for j in jobs if j.kind is kind) for kind in workload.JobClass}
     run = {
-        "arguments": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "arguments": {k: _shown(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "trace_jobs": len(trace.jobs),
         "replayable": len(selection.jobs),
         "dropped": selection.dropped,
@@ -120,7 +142,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{args.trace.name}, days {args.start_day:g}-{last}, Slurm {args.slurm_nodes} + "
             f"Kubernetes {args.kube_nodes} nodes, compression {args.compression:g}"
         )
-        report.plot(series=series, waits=waits, time_scale=args.compression, out=out, title=title)
+        report.plot(
+            series=series,
+            waits=waits,
+            time_scale=args.compression,
+            day_offset=args.start_day,
+            out=out,
+            title=title,
+        )
+        report.plot_zoom(
+            zoom=zoom, time_scale=args.compression, day_offset=args.start_day, out=out, title=title
+        )
     sys.stdout.write(table)
     sys.stdout.write(f"\n{json.dumps(counts)}; simulated in {elapsed:.1f} s\n")
     lost = sum(s.jobs_lost for s in summaries)

@@ -148,3 +148,33 @@ def utilisation_series(result: Result, *, bucket: float) -> list[tuple[float, fl
             )
         )
     return series
+
+
+def partition_series(
+    result: Result, *, bucket: float, start: float, end: float
+) -> list[tuple[float, tuple[float, ...], float]]:
+    """Per bucket over ``[start, end)``: (start, each partition's allocated share, mean pending jobs)."""
+    samples = result.samples
+    capacities = [p.nodes for p in result.policy.partitions]
+    buckets = max(1, math.ceil((end - start) / bucket))
+    held = [[0.0] * len(capacities) for _ in range(buckets)]
+    pending = [0.0] * buckets
+    for sample, following in itertools.pairwise(samples):
+        t0, t1 = max(sample.time, start), min(following.time, end)
+        while t0 < t1:
+            index = min(buckets - 1, int((t0 - start) // bucket))
+            edge = min(t1, start + (index + 1) * bucket)
+            if edge <= t0:
+                edge = t1
+            for i, nodes in enumerate(sample.allocated):
+                held[index][i] += nodes * (edge - t0)
+            pending[index] += sample.pending * (edge - t0)
+            t0 = edge
+    return [
+        (
+            start + index * bucket,
+            tuple(held[index][i] / (capacities[i] * bucket) for i in range(len(capacities))),
+            pending[index] / bucket,
+        )
+        for index in range(buckets)
+    ]

@@ -130,11 +130,50 @@ def utilisation_csv(series: dict[str, Series], *, time_scale: float) -> str:
     return out.getvalue()
 
 
+PartitionSeries = list[tuple[float, tuple[float, ...], float]]
+
+
+def plot_zoom(
+    *,
+    zoom: dict[str, tuple[tuple[str, ...], PartitionSeries]],
+    time_scale: float,
+    day_offset: float,
+    out: Path,
+    title: str,
+) -> Path:
+    """zoom.png: each partition's allocated share and the jobs waiting, in short buckets of a window."""
+    import matplotlib  # noqa: PLC0415 - only the plots need it
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    fig, axes = plt.subplots(len(zoom), 1, figsize=(11, 2.6 * len(zoom)), sharex=True, squeeze=False)
+    for ax, (name, (partitions, rows)) in zip(axes[:, 0], zoom.items(), strict=True):
+        days = [day_offset + start * time_scale / 86400 for start, _, _ in rows]
+        for i, partition in enumerate(partitions):
+            ax.plot(days, [shares[i] for _, shares, _ in rows], label=f"{partition} nodes allocated")
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel("share")
+        twin = ax.twinx()
+        twin.fill_between(days, [p for _, _, p in rows], color="grey", alpha=0.3, step="post")
+        twin.set_ylabel("jobs waiting", color="grey")
+        ax.set_title(name, fontsize=9)
+        ax.legend(loc="upper left", fontsize=7)
+    axes[-1, 0].set_xlabel("trace day")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path = out / "zoom.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot(
     *,
     series: dict[str, Series],
     waits: dict[str, dict[JobClass, list[float]]],
     time_scale: float,
+    day_offset: float,
     out: Path,
     title: str,
 ) -> list[Path]:
@@ -153,7 +192,7 @@ def plot(
         JobClass.INFERENCE: "#d62728",
     }
     for ax, (name, rows) in zip(axes[:, 0], series.items(), strict=True):
-        days = [start * time_scale / 86400 for start, _, _ in rows]
+        days = [day_offset + start * time_scale / 86400 for start, _, _ in rows]
         stacks = [[by_class[k] for _, _, by_class in rows] for k in JobClass]
         ax.stackplot(days, stacks, labels=[k.value for k in JobClass], colors=[colours[k] for k in JobClass])
         mean = sum(t for _, t, _ in rows) / len(rows) if rows else 0.0
