@@ -39,6 +39,14 @@ class ClassFigures:
 
 
 @dataclass(frozen=True)
+class PartitionFigures:
+    name: str
+    nodes: int
+    allocated: float  # mean share of its nodes allocated
+    full: float  # share of the time with every node allocated
+
+
+@dataclass(frozen=True)
 class Summary:
     policy: str
     capacity: int
@@ -51,6 +59,7 @@ class Summary:
     preemptions: int
     jobs_lost: int
     classes: tuple[ClassFigures, ...]
+    partitions: tuple[PartitionFigures, ...] = ()
 
 
 def jobs_lost(result: Result) -> list[str]:
@@ -106,7 +115,29 @@ def summarise(result: Result) -> Summary:
         preemptions=result.preemptions,
         jobs_lost=len(jobs_lost(result)),  # an unschedulable job never completes: counted there
         classes=tuple(classes),
+        partitions=_partitions(result),
     )
+
+
+def _partitions(result: Result) -> tuple[PartitionFigures, ...]:
+    samples = result.samples
+    span = samples[-1].time - samples[0].time if samples else 0.0
+    figures = []
+    for i, partition in enumerate(result.policy.partitions):
+        held = full = 0.0
+        for sample, following in itertools.pairwise(samples):
+            held += sample.allocated[i] * (following.time - sample.time)
+            if sample.allocated[i] == partition.nodes:
+                full += following.time - sample.time
+        figures.append(
+            PartitionFigures(
+                name=partition.name,
+                nodes=partition.nodes,
+                allocated=held / (partition.nodes * span) if span else math.nan,
+                full=full / span if span else math.nan,
+            )
+        )
+    return tuple(figures)
 
 
 def _work(record: Record) -> float:

@@ -55,6 +55,14 @@ def markdown(summaries: Sequence[Summary], *, time_scale: float = 1.0) -> str:
                 f"| {s.policy} | {c.kind.value} | {c.jobs} | {c.completed} | {_fmt(c.wait_p50)} "
                 f"| {_fmt(c.wait_p95)} | {_fmt(c.wait_mean)} | {_fmt(c.wait_max)} | {c.preemptions} |"
             )
+    lines += [
+        "",
+        "| run | partition | nodes | mean share allocated | share of the time full |",
+        "|---|---|---|---|---|",
+    ]
+    for s in summaries:
+        for p in s.partitions:
+            lines.append(f"| {s.policy} | {p.name} | {p.nodes} | {p.allocated:.3f} | {p.full:.3f} |")
     return "\n".join(lines) + "\n"
 
 
