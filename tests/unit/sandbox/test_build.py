@@ -107,8 +107,14 @@ def test_prometheus_and_promtool_are_cached_by_version_and_stamped_as_the_releas
     assert pinned["release"] in build.render_matrix(versions)
     flags = build._prometheus_ldflags(pinned["release"])
     assert f"-X github.com/prometheus/common/version.Version={pinned['release']}" in flags
+
+
 def test_kubectl_is_the_control_planes_release_cached_apart_and_built_by_build_all(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("K8S_BRIDGE_CACHE", str(tmp_path))
     monkeypatch.delenv("KUBEBUILDER_ASSETS", raising=False)
+    versions = build.load_versions()
     paths = build.stack_paths()
     assert (
         paths.kubectl == tmp_path / "bin" / f"kubectl-{versions['kubernetes']['version']}-stamped" / "kubectl"
