@@ -259,7 +259,18 @@ class RemoveFinalizer(Action):
 
 @dataclass(frozen=True, kw_only=True)
 class DeleteJobSet(Action):
+    """Delete the job's JobSet: in the foreground while a pod of it may exist, else in the background.
+
+    Foreground keeps the JobSet (and the node names recorded on it) until the garbage collector has
+    deleted its Jobs and pods, so every look meanwhile still knows which nodes could exist. A JobSet
+    that never left suspension had no pod (``_unseen_nodes_could_exist`` is false), so nothing needs
+    that wait: with background propagation it is gone as soon as the bridge's finalizer is, and the
+    collector deletes its suspended Jobs afterwards. A foreground deletion waits on the collector's
+    rate-limited retries of the owner (an exponential per-object backoff in kube-controller-manager),
+    which for a burst of hundreds of cancelled queued jobs kept their JobSets for many minutes."""
+
     kind: ClassVar[str] = "delete_jobset"
+    foreground: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -635,8 +646,9 @@ def _cleanup(
     if live:
         actions.append(DrainNodes(names=tuple(n.name for n in live), reason=f"k8s-bridge: {why}"))
     js = o.jobset
+    pods_possible = _unseen_nodes_could_exist(o)
     if js is not None and delete_jobset and not js.deleting:
-        actions.append(DeleteJobSet())
+        actions.append(DeleteJobSet(foreground=pods_possible))
     # The nodes the node source has seen, and the names recorded on the JobSet whenever one of them
     # could exist unseen (registered after the last node poll): those must not leak when the
     # finalizer goes. A node that registers after this pass is seen at the next node poll, which
@@ -656,7 +668,7 @@ def _cleanup(
             phase=phase or Phase.FINISHING,
             why=f"{why}: cleaning up once Slurm has finished completing it",
         )
-    recorded = o.jobset_nodes if _unseen_nodes_could_exist(o) else ()
+    recorded = o.jobset_nodes if pods_possible else ()
     names = tuple(dict.fromkeys([*(n.name for n in o.nodes), *recorded]))
     if names:
         down = tuple(n.name for n in o.nodes if n.state is NodeState.DOWN)
@@ -1692,7 +1704,7 @@ class SlurmReconciler:
             JOBSET_KIND,
             meta["name"],
             namespace=meta.get("namespace"),
-            propagation_policy="Foreground",
+            propagation_policy="Foreground" if action.foreground else "Background",
             missing_ok=True,
         )
 

@@ -625,6 +625,18 @@ async def test_a_job_cancelled_before_admission_costs_no_node_calls() -> None:
         ("delete", "JobSet", "slurm-hpc-42"),
         ("patch", "JobSet", "slurm-hpc-42"),
     ]
+    # No pod ever: nothing to wait for in the foreground, the JobSet goes with the finalizer.
+    assert w.kube.calls[0][3] == "Background"
+
+
+async def test_a_jobset_that_may_have_pods_is_deleted_in_the_foreground() -> None:
+    """Its pods may still run slurmd: the JobSet, with the node names recorded on it, stays until the
+    garbage collector has deleted them."""
+    w = World(held(state=JobState.CANCELLED, hold=False))
+    w.add_jobset(jobset_object(suspended=False))
+    w.workloads.put(workload_object(admitted=True))
+    await w.reconcile()
+    assert w.kube.calls[0] == ("delete", "JobSet", "slurm-hpc-42", "Foreground")
 
 
 async def test_a_node_registered_after_the_last_node_poll_is_deleted_before_the_finalizer_goes() -> None:
