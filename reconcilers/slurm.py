@@ -1773,23 +1773,36 @@ class SlurmReconciler:
             note = f"Slurm job {o.job_id} pinned to {','.join(action.nodes)} and released"
             await self._event(raw_js, "Normal", "Released", note)
 
+    async def _set_comment(self, o: Observed, text: str) -> bool:
+        """Write the job's comment; False when the job ended since the poll (cancelled in the meantime:
+        an expected outcome, not a failure, and the next poll shows the end, which cleans up)."""
+        try:
+            await self._slurm.set_comment(o.job_id, text)
+        except (InvalidJobId, JobAlreadyDone):
+            log.info("job ended before its comment could be written", job_id=o.job_id)
+            return False
+        return True
+
     async def _report_unservable(self, o: Observed, raw_js: Object | None, action: ReportUnservable) -> None:
-        await self._slurm.set_comment(o.job_id, action.comment)
+        if not await self._set_comment(o, action.comment):
+            return
         mixing = self._config.object
         if mixing is not None:
             await self._event(mixing, "Warning", action.code, f"Slurm job {o.job_id}: {action.reason}")
 
     async def _clear_comment(self, o: Observed, raw_js: Object | None, action: ClearComment) -> None:
-        await self._slurm.set_comment(o.job_id, "")
+        await self._set_comment(o, "")
 
     async def _write_comment(self, o: Observed, raw_js: Object | None, action: WriteComment) -> None:
         self._comments.spend(job_key(self.cluster(), o.job_id))
-        await self._slurm.set_comment(o.job_id, action.text)
-        if action.event and raw_js is not None:
+        if await self._set_comment(o, action.text) and action.event and raw_js is not None:
             await self._event(raw_js, "Warning", action.event, f"Slurm job {o.job_id}: {action.text}")
 
     async def _mark_held(self, o: Observed, raw_js: Object | None, action: MarkHeld) -> None:
-        await self._slurm.set_admin_comment(o.job_id, action.admin_comment)
+        try:
+            await self._slurm.set_admin_comment(o.job_id, action.admin_comment)
+        except (InvalidJobId, JobAlreadyDone):
+            log.info("job ended before its hold could be marked", job_id=o.job_id)
 
     async def _event(self, regarding: Object, type_: str, reason: str, note: str) -> None:
         if self._recorder is None:

@@ -83,6 +83,8 @@ RUNNING = env_int("K8S_BRIDGE_SOAK_RUNNING", 10)
 SOAK_SECONDS = float(os.environ.get("K8S_BRIDGE_SOAK_SECONDS", "150"))
 SAMPLE_SECONDS = float(os.environ.get("K8S_BRIDGE_SOAK_SAMPLE_SECONDS", "15"))
 JOB_SECONDS = env_int("K8S_BRIDGE_SOAK_JOB_SECONDS", 5)
+CLEANUP_TIMEOUT = float(os.environ.get("K8S_BRIDGE_SOAK_CLEANUP_TIMEOUT", "900"))
+"""Seconds the mass cancel's cleanup is waited for; what is not gone by then is reported, then fails."""
 SOAK_VERSIONS: list[SlurmVersion] = [
     v for v in VERSIONS if v in os.environ.get("K8S_BRIDGE_BENCH_SLURM", "22.05").split(",")
 ]
@@ -334,9 +336,9 @@ def test_soak_with_a_deep_queue_then_a_mass_cancel(
         cancel_all(soak_slurm)
         gone: dict[str, float] = {}
         most_foreground = 0
-        deadline = began + max(900.0, 2.0 * target)
-        while len(gone) < 3:
-            assert time.monotonic() < deadline, f"not cleaned up after the cancel: {sorted(gone)} done"
+        jobsets: list[dict[str, Any]] = []
+        deadline = began + CLEANUP_TIMEOUT
+        while len(gone) < 3 and time.monotonic() < deadline:
             jobsets = stack.jobsets()
             most_foreground = max(most_foreground, foreground_waiting(jobsets))
             elapsed = round(time.monotonic() - began, 1)
@@ -348,16 +350,18 @@ def test_soak_with_a_deep_queue_then_a_mass_cancel(
                 gone["slurm_nodes"] = elapsed
             time.sleep(0.5)
         result["cleanup_seconds"] = gone
+        result["cleanup_jobsets_left"] = len(jobsets)
         result["cleanup_most_jobsets_in_foreground_deletion"] = most_foreground
         result["load_after"] = load_average()
         assert bridge.alive(), bridge.log_tail()
         lines, warnings = log_figures(bridge.log_text())
         result["bridge_log_lines"] = lines
         result["bridge_log_warnings"] = warnings
-        assert completed > 0, "no job completed during the soak"
 
     report(result)
     write_result(f"soak-{soak_slurm.version}", result)
+    assert completed > 0, "no job completed during the soak"
+    assert len(gone) == 3, f"not cleaned up {CLEANUP_TIMEOUT:.0f} s after the cancel: only {sorted(gone)}"
 
 
 def report(r: dict[str, Any]) -> None:
@@ -377,10 +381,11 @@ def report(r: dict[str, Any]) -> None:
         ("Slurm jobs parsed/s by the bridge", w["jobs_parsed_per_s"]),
         ("ended jobs seen (within MinJobAge)", r["ended_states"]),
         ("mass cancel (queued / running)", f"{r['cancelled']['queued']} / {r['cancelled']['running']}"),
-        ("  -> no JobSet / no pod / no Slurm node (s)",
+        ("  -> no JobSet / no pod / no Slurm node (s; None: not by the timeout)",
          f"{r['cleanup_seconds'].get('jobsets')} / {r['cleanup_seconds'].get('pods')} / "
          f"{r['cleanup_seconds'].get('slurm_nodes')}"),
         ("  most JobSets waiting in foreground deletion", r["cleanup_most_jobsets_in_foreground_deletion"]),
+        ("  JobSets left when the wait ended", r["cleanup_jobsets_left"]),
         ("bridge log lines / warnings", f"{r['bridge_log_lines']} / {r['bridge_log_warnings']}"),
         ("load before / after", f"{r['load_before']} / {r['load_after']}"),
     ]  # fmt: skip

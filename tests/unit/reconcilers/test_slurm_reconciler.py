@@ -11,6 +11,7 @@ from typing import Any, cast
 
 import pytest
 from prometheus_client import CollectorRegistry
+from structlog.testing import capture_logs
 
 from bridge.api.mixing import API_VERSION, KIND, WorkloadMixingSpec
 from bridge.api.slurm_job import JobState, SlurmJob
@@ -25,7 +26,14 @@ from bridge.runtime.manager import Manager
 from bridge.slurm.metrics import slurm_metrics
 from bridge.slurm.program import Settings, SlurmBridge, parse_args
 from bridge.slurm.source import SlurmNodeSource, node_object
-from bridge.slurmrest.errors import InvalidJobId, InvalidNodeName, SlurmAPIError, SlurmUnavailable
+from bridge.slurmrest.errors import (
+    ErrorEntry,
+    InvalidJobId,
+    InvalidNodeName,
+    SlurmAPIError,
+    SlurmUnavailable,
+    api_error,
+)
 from reconcilers.slurm import (
     INDEX_JOB,
     INDEX_JOB_UID,
@@ -94,6 +102,7 @@ class FakeSlurm:
         self.gone_nodes: set[str] = set()
         self.refuse_hold = False
         self.hold_error: Exception | None = None
+        self.comment_error: Exception | None = None
         self.delete_error: Exception | None = None
         self.before_hold: Callable[[], Awaitable[None]] | None = None
         self.unpinned: list[tuple[int, tuple[str, ...]]] = []
@@ -136,6 +145,8 @@ class FakeSlurm:
 
     async def set_comment(self, job_id: int, comment: str) -> None:
         self.calls.append(("comment", job_id, comment))
+        if self.comment_error is not None:
+            raise self.comment_error
 
     async def set_admin_comment(self, job_id: int, admin_comment: str) -> None:
         self.calls.append(("admin_comment", job_id, admin_comment))
@@ -466,6 +477,43 @@ async def test_a_refused_admin_hold_of_a_user_held_job_is_not_an_error() -> None
     w.slurm.refuse_hold = True
     assert await w.reconcile() == Result()
     assert w.slurm.calls == [("hold", 42)]
+
+
+def job_finished_answer() -> SlurmAPIError:
+    """What 22.05 answers to an update of a job cancelled since the last poll (seen on the local
+    stack in a mass cancel: ``Job has already finished``, error 2084, HTTP 500)."""
+    error = api_error([ErrorEntry(2084, "Job has already finished", "slurm_update_job()")], status=500)
+    assert isinstance(error, SlurmAPIError)
+    return error
+
+
+async def test_a_job_cancelled_before_its_hold_conversion_is_no_warning() -> None:
+    """A mass cancel of queued jobs whose conversions are still under way: each is an expected
+    outcome (the next poll shows the end and cleans up), logged at info, not a warning per job."""
+    w = user_held_with_its_jobset()
+    w.slurm.hold_error = job_finished_answer()
+    with capture_logs() as logs:
+        assert await w.reconcile() == Result()
+    assert w.slurm.calls == [("hold", 42)]
+    assert not [e for e in logs if e["log_level"] in ("warning", "error")], logs
+    assert any(e["event"] == "job ended before it could be held" for e in logs)
+
+
+async def test_a_job_cancelled_before_its_comment_is_no_error_and_no_event() -> None:
+    events: list[str] = []
+
+    class Recorder:
+        async def event(self, regarding: Object, **kw: Any) -> None:
+            events.append(kw["reason"])
+
+    w = World(held(node_count=100000))
+    w.reconciler._recorder = cast(Any, Recorder())
+    w.slurm.comment_error = job_finished_answer()
+    with capture_logs() as logs:
+        assert await w.reconcile() == Result()
+    assert [c[0] for c in w.slurm.calls] == ["get_job", "comment"]
+    assert events == []  # nothing reported for a job that is gone
+    assert not [e for e in logs if e["log_level"] in ("warning", "error")], logs
 
 
 async def test_a_guard_hold_makes_the_job_source_poll_at_once() -> None:
