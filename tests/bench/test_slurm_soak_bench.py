@@ -55,6 +55,7 @@ from tests.bench.bench_support import (
     apiserver_requests,
     by_labels,
     cpu_seconds,
+    delta,
     env_int,
     load_average,
     memory_mib,
@@ -182,6 +183,8 @@ class Sample:
     rest_connections: float
     parsed: float
     apiserver: float
+    rest_by_path: dict[str, float]
+    kube_by_verb: dict[str, float]
 
     @property
     def completed(self) -> int:
@@ -207,6 +210,12 @@ class Sample:
             rest_connections=total(samples, CONNECTIONS, target="slurm"),
             parsed=total(samples, PARSED),
             apiserver=apiserver_requests(client),
+            rest_by_path=by_labels(samples, REST_COUNT, ("method", "path")),
+            kube_by_verb={
+                k.removeprefix("kube "): v
+                for k, v in by_labels(samples, HTTP_COUNT, ("target", "verb", "resource")).items()
+                if k.startswith("kube ")
+            },
         )
 
 
@@ -324,33 +333,54 @@ def test_soak_with_a_deep_queue_then_a_mass_cancel(
         result["samples"] = rows
         whole = interval(start, last, since=start.at)
         result["whole"] = whole
+        seconds = last.at - start.at
+        result["whole_rest_per_s_by_path"] = {
+            k: round(v / seconds, 2) for k, v in delta(last.rest_by_path, start.rest_by_path).items()
+        }
+        result["whole_kube_per_s_by_verb"] = {
+            k: round(v / seconds, 2) for k, v in delta(last.kube_by_verb, start.kube_by_verb).items()
+        }
         completed = last.completed - start.completed
         _, states = slurm_nodes_and_jobs(soak_slurm)
         ended = [states[j][0] for j in ids if j in states and states[j][0] not in ("PENDING", "RUNNING")]
         result["ended_states"] = {s: ended.count(s) for s in sorted(set(ended))}
 
         # The mass cancel: every job of the partition at once, queued and running.
-        pending_now, active_now = active_jobs(soak_slurm)
-        result["cancelled"] = {"queued": pending_now, "running": active_now - pending_now}
+        pending_now, running_now = active_jobs(soak_slurm)
+        result["cancelled"] = {"queued": pending_now, "running": running_now}
         began = time.monotonic()
         cancel_all(soak_slurm)
         gone: dict[str, float] = {}
         most_foreground = 0
         jobsets: list[dict[str, Any]] = []
+        timeline: list[dict[str, Any]] = []
         deadline = began + CLEANUP_TIMEOUT
         while len(gone) < 3 and time.monotonic() < deadline:
             jobsets = stack.jobsets()
             most_foreground = max(most_foreground, foreground_waiting(jobsets))
             elapsed = round(time.monotonic() - began, 1)
+            if not timeline or elapsed - timeline[-1]["s"] >= 5.0:
+                timeline.append({
+                    "s": elapsed,
+                    "jobsets": len(jobsets),
+                    "deleting": sum("deletionTimestamp" in js["metadata"] for js in jobsets),
+                    "foreground": foreground_waiting(jobsets),
+                    "pods": len(stack.pods()),
+                    "slurm_nodes": len(stack.slurm_nodes()),
+                    "finalizers_removed": int(bridge.metric(
+                        "k8s_bridge_slurm_actions_total", action="remove_finalizer", result="ok")),
+                })  # fmt: skip
+                print(f"  cleanup {timeline[-1]}", flush=True)
             if "jobsets" not in gone and not jobsets:
                 gone["jobsets"] = elapsed
             if "pods" not in gone and not stack.pods():
                 gone["pods"] = elapsed
             if "slurm_nodes" not in gone and not stack.slurm_nodes():
                 gone["slurm_nodes"] = elapsed
-            time.sleep(0.5)
+            time.sleep(2.0)  # each look lists every JobSet: not so often that the looks load the API server
         result["cleanup_seconds"] = gone
         result["cleanup_jobsets_left"] = len(jobsets)
+        result["cleanup_timeline"] = timeline
         result["cleanup_most_jobsets_in_foreground_deletion"] = most_foreground
         result["load_after"] = load_average()
         assert bridge.alive(), bridge.log_tail()
@@ -378,6 +408,8 @@ def report(r: dict[str, Any]) -> None:
         ("bridge -> slurmrestd requests/s, connections", f"{w['rest_per_s']}, {w['rest_connections']}"),
         ("bridge -> API server requests/s; all clients",
          f"{w['kube_per_s_bridge']}; {w['apiserver_per_s_all']}"),
+        ("  by path", r["whole_rest_per_s_by_path"]),
+        ("  bridge -> API server by verb, per s", r["whole_kube_per_s_by_verb"]),
         ("Slurm jobs parsed/s by the bridge", w["jobs_parsed_per_s"]),
         ("ended jobs seen (within MinJobAge)", r["ended_states"]),
         ("mass cancel (queued / running)", f"{r['cancelled']['queued']} / {r['cancelled']['running']}"),

@@ -613,3 +613,11 @@ async def test_v0038_scontrol_2015_on_the_admin_comment_is_an_update_that_landed
     async with client(server, version="v0.0.38", scontrol=Answers2015()) as slurm:
         await slurm.hold_job(42, admin_comment="k8s-bridge: held")
     assert server.seen[0].body == {"hold": True}
+
+
+@pytest.mark.parametrize(
+    "message", ["Job has already finished for job 358", "Job/step already completing or completed"]
+)
+def test_scontrol_on_a_job_that_has_finished_is_job_already_done(message: str) -> None:
+    """22.05's scontrol (the admin comment of a hold conversion) on a job cancelled since the poll."""
+    assert isinstance(_classify(message, 1), JobAlreadyDone)
