@@ -255,6 +255,10 @@ class AddFinalizer(Action):
 @dataclass(frozen=True, kw_only=True)
 class RemoveFinalizer(Action):
     kind: ClassVar[str] = "remove_finalizer"
+    answered: bool = False
+    """The JobSet at hand is the API server's answer to this reconcile's own delete (its current
+    resourceVersion): the finalizer is removed without reading the JobSet again. Set by the
+    reconciler, never by ``decide``; otherwise the JobSet is read first (the cache's may be stale)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -680,6 +684,15 @@ def _cleanup(
     return Decision(
         actions=tuple(actions), confirm=confirm, phase=phase or Phase.FINISHING, why=f"{why}: cleaning up"
     )
+
+
+def _is_jobset(answer: object) -> bool:
+    """A JobSet (not a ``Status``), still there and with a resourceVersion: what a delete answers
+    while finalizers keep the object."""
+    if not isinstance(answer, Mapping) or answer.get("kind") != JOBSET_KIND:
+        return False
+    meta = answer.get("metadata")
+    return isinstance(meta, Mapping) and bool(meta.get("resourceVersion")) and "deletionTimestamp" in meta
 
 
 def _unpin(o: Observed, names: tuple[str, ...], *, phase: Phase, mark: bool = True) -> Decision:
@@ -1562,8 +1575,13 @@ class SlurmReconciler:
             if decision.concurrent and len(decision.actions) > 1:
                 await self._execute_concurrently(observed, raw_js, decision.actions)
             else:
+                answered = False
                 for action in decision.actions:
-                    await self._execute(observed, raw_js, action)
+                    if answered and isinstance(action, RemoveFinalizer):
+                        action = replace(action, answered=True)  # noqa: PLW2901 - the one to run
+                    answer = await self._execute(observed, raw_js, action)
+                    if answer is not None:  # the delete's answer: the JobSet as it is now
+                        raw_js, answered = answer, True
         except (SlurmUnavailable, SlurmAuthError) as exc:
             log.warning("slurmrestd unusable; retrying later", job_id=job_id, error=str(exc))
             return Result(requeue_after=SLURM_RETRY)
@@ -1632,9 +1650,10 @@ class SlurmReconciler:
                 log.warning("action failed", job_id=o.job_id, action=actions[index].kind, error=repr(exc))
             raise failures[0][1]
 
-    async def _execute(self, o: Observed, raw_js: Object | None, action: Action) -> None:
+    async def _execute(self, o: Observed, raw_js: Object | None, action: Action) -> Object | None:
+        """Run one action; the JobSet as the API server answered a delete of it, else None."""
         try:
-            await self._run(o, raw_js, action)
+            answer = await self._run(o, raw_js, action)
         except Exception:
             self._metrics.actions.labels(action.kind, "error").inc()
             raise
@@ -1645,15 +1664,17 @@ class SlurmReconciler:
             # The node source would show the deleted nodes until its next poll, and every event of the
             # job meanwhile would delete them again (an scontrol call each on 22.05).
             self._nodes_trigger()
+        return answer
 
-    async def _run(self, o: Observed, raw_js: Object | None, action: Action) -> None:
+    async def _run(self, o: Observed, raw_js: Object | None, action: Action) -> Object | None:
         handler = self._handlers.get(type(action))
         if handler is None:  # pragma: no cover - every action class has a handler
             raise TypeError(f"unknown action {action!r}")
-        await handler(o, raw_js, action)
+        answer = await handler(o, raw_js, action)
+        return answer if isinstance(action, DeleteJobSet) and _is_jobset(answer) else None
 
     @property
-    def _handlers(self) -> Mapping[type[Action], Callable[[Observed, Object | None, Any], Awaitable[None]]]:
+    def _handlers(self) -> Mapping[type[Action], Callable[[Observed, Object | None, Any], Awaitable[Any]]]:
         return {
             CreateJobSet: self._create_jobset,
             AddFinalizer: self._add_finalizer,
@@ -1687,19 +1708,22 @@ class SlurmReconciler:
             return
         meta = raw_js["metadata"]
         try:
-            # Read again: a delete of the JobSet just now changed its resourceVersion.
-            fresh = await self._client.get(
+            # The delete's answer carries the resourceVersion the delete made; without it, read again
+            # (the cache may be behind). A change in between is a Conflict, and the requeue reads.
+            fresh = raw_js if action.answered else await self._client.get(
                 JOBSET_API_VERSION, JOBSET_KIND, meta["name"], namespace=meta.get("namespace")
-            )
+            )  # fmt: skip
             await remove_finalizer(self._client, fresh, FINALIZER, field_manager=FIELD_MANAGER)
         except NotFound:
             pass
 
-    async def _delete_jobset(self, o: Observed, raw_js: Object | None, action: DeleteJobSet) -> None:
+    async def _delete_jobset(self, o: Observed, raw_js: Object | None, action: DeleteJobSet) -> Object | None:
+        """The API server's answer: the JobSet with its deletionTimestamp (it keeps the bridge's
+        finalizer), which saves the finalizer's removal a read."""
         if raw_js is None:
-            return
+            return None
         meta = raw_js["metadata"]
-        await self._client.delete(
+        return await self._client.delete(
             JOBSET_API_VERSION,
             JOBSET_KIND,
             meta["name"],
