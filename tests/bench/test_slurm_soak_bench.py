@@ -355,8 +355,13 @@ def test_soak_with_a_deep_queue_then_a_mass_cancel(
         jobsets: list[dict[str, Any]] = []
         timeline: list[dict[str, Any]] = []
         deadline = began + CLEANUP_TIMEOUT
+        failed_looks = 0
         while len(gone) < 3 and time.monotonic() < deadline:
-            jobsets = stack.jobsets()
+            try:
+                jobsets, pods, nodes = stack.jobsets(), stack.pods(), stack.slurm_nodes()
+            except (OSError, StackError):  # an API server too busy to list in time: look again
+                failed_looks += 1
+                continue
             most_foreground = max(most_foreground, foreground_waiting(jobsets))
             elapsed = round(time.monotonic() - began, 1)
             if not timeline or elapsed - timeline[-1]["s"] >= 5.0:
@@ -365,22 +370,23 @@ def test_soak_with_a_deep_queue_then_a_mass_cancel(
                     "jobsets": len(jobsets),
                     "deleting": sum("deletionTimestamp" in js["metadata"] for js in jobsets),
                     "foreground": foreground_waiting(jobsets),
-                    "pods": len(stack.pods()),
-                    "slurm_nodes": len(stack.slurm_nodes()),
+                    "pods": len(pods),
+                    "slurm_nodes": len(nodes),
                     "finalizers_removed": int(bridge.metric(
                         "k8s_bridge_slurm_actions_total", action="remove_finalizer", result="ok")),
                 })  # fmt: skip
                 print(f"  cleanup {timeline[-1]}", flush=True)
             if "jobsets" not in gone and not jobsets:
                 gone["jobsets"] = elapsed
-            if "pods" not in gone and not stack.pods():
+            if "pods" not in gone and not pods:
                 gone["pods"] = elapsed
-            if "slurm_nodes" not in gone and not stack.slurm_nodes():
+            if "slurm_nodes" not in gone and not nodes:
                 gone["slurm_nodes"] = elapsed
             time.sleep(2.0)  # each look lists every JobSet: not so often that the looks load the API server
         result["cleanup_seconds"] = gone
         result["cleanup_jobsets_left"] = len(jobsets)
         result["cleanup_timeline"] = timeline
+        result["cleanup_failed_looks"] = failed_looks
         result["cleanup_most_jobsets_in_foreground_deletion"] = most_foreground
         result["load_after"] = load_average()
         assert bridge.alive(), bridge.log_tail()
