@@ -261,11 +261,26 @@ class AddFinalizer(Action):
 @dataclass(frozen=True, kw_only=True)
 class RemoveFinalizer(Action):
     kind: ClassVar[str] = "remove_finalizer"
+    answered: bool = False
+    """The JobSet at hand is the API server's answer to this reconcile's own delete (its current
+    resourceVersion): the finalizer is removed without reading the JobSet again. Set by the
+    reconciler, never by ``decide``; otherwise the JobSet is read first (the cache's may be stale)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class DeleteJobSet(Action):
+    """Delete the job's JobSet: in the foreground while a pod of it may exist, else in the background.
+
+    Foreground keeps the JobSet (and the node names recorded on it) until the garbage collector has
+    deleted its Jobs and pods, so every look meanwhile still knows which nodes could exist. A JobSet
+    that never left suspension had no pod (``_unseen_nodes_could_exist`` is false), so nothing needs
+    that wait: with background propagation it is gone as soon as the bridge's finalizer is, and the
+    collector deletes its suspended Jobs afterwards. A foreground deletion waits on the collector's
+    rate-limited retries of the owner (an exponential per-object backoff in kube-controller-manager),
+    which for a burst of hundreds of cancelled queued jobs kept their JobSets for many minutes."""
+
     kind: ClassVar[str] = "delete_jobset"
+    foreground: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -665,8 +680,9 @@ def _cleanup(
     if live:
         actions.append(DrainNodes(names=tuple(n.name for n in live), reason=f"k8s-bridge: {why}"))
     js = o.jobset
+    pods_possible = _unseen_nodes_could_exist(o)
     if js is not None and delete_jobset and not js.deleting:
-        actions.append(DeleteJobSet())
+        actions.append(DeleteJobSet(foreground=pods_possible))
     # The nodes the node source has seen, and the names recorded on the JobSet whenever one of them
     # could exist unseen (registered after the last node poll): those must not leak when the
     # finalizer goes. A node that registers after this pass is seen at the next node poll, which
@@ -686,7 +702,7 @@ def _cleanup(
             phase=phase or Phase.FINISHING,
             why=f"{why}: cleaning up once Slurm has finished completing it",
         )
-    recorded = o.jobset_nodes if _unseen_nodes_could_exist(o) else ()
+    recorded = o.jobset_nodes if pods_possible else ()
     names = tuple(dict.fromkeys([*(n.name for n in o.nodes), *recorded]))
     if names:
         down = tuple(n.name for n in o.nodes if n.state is NodeState.DOWN)
@@ -698,6 +714,15 @@ def _cleanup(
     return Decision(
         actions=tuple(actions), confirm=confirm, phase=phase or Phase.FINISHING, why=f"{why}: cleaning up"
     )
+
+
+def _is_jobset(answer: object) -> bool:
+    """A JobSet (not a ``Status``), still there and with a resourceVersion: what a delete answers
+    while finalizers keep the object."""
+    if not isinstance(answer, Mapping) or answer.get("kind") != JOBSET_KIND:
+        return False
+    meta = answer.get("metadata")
+    return isinstance(meta, Mapping) and bool(meta.get("resourceVersion")) and "deletionTimestamp" in meta
 
 
 def _unpin(o: Observed, names: tuple[str, ...], *, phase: Phase, mark: bool = True) -> Decision:
@@ -1646,8 +1671,13 @@ class SlurmReconciler:
             if decision.concurrent and len(decision.actions) > 1:
                 await self._execute_concurrently(observed, raw_js, decision.actions)
             else:
+                answered = False
                 for action in decision.actions:
-                    await self._execute(observed, raw_js, action)
+                    if answered and isinstance(action, RemoveFinalizer):
+                        action = replace(action, answered=True)  # noqa: PLW2901 - the one to run
+                    answer = await self._execute(observed, raw_js, action)
+                    if answer is not None:  # the delete's answer: the JobSet as it is now
+                        raw_js, answered = answer, True
         except (SlurmUnavailable, SlurmAuthError) as exc:
             log.warning("slurmrestd unusable; retrying later", job_id=job_id, error=str(exc))
             return Result(requeue_after=SLURM_RETRY)
@@ -1716,9 +1746,10 @@ class SlurmReconciler:
                 log.warning("action failed", job_id=o.job_id, action=actions[index].kind, error=repr(exc))
             raise failures[0][1]
 
-    async def _execute(self, o: Observed, raw_js: Object | None, action: Action) -> None:
+    async def _execute(self, o: Observed, raw_js: Object | None, action: Action) -> Object | None:
+        """Run one action; the JobSet as the API server answered a delete of it, else None."""
         try:
-            await self._run(o, raw_js, action)
+            answer = await self._run(o, raw_js, action)
         except Exception:
             self._metrics.actions.labels(action.kind, "error").inc()
             raise
@@ -1729,15 +1760,17 @@ class SlurmReconciler:
             # The node source would show the deleted nodes until its next poll, and every event of the
             # job meanwhile would delete them again (an scontrol call each on 22.05).
             self._nodes_trigger()
+        return answer
 
-    async def _run(self, o: Observed, raw_js: Object | None, action: Action) -> None:
+    async def _run(self, o: Observed, raw_js: Object | None, action: Action) -> Object | None:
         handler = self._handlers.get(type(action))
         if handler is None:  # pragma: no cover - every action class has a handler
             raise TypeError(f"unknown action {action!r}")
-        await handler(o, raw_js, action)
+        answer = await handler(o, raw_js, action)
+        return answer if isinstance(action, DeleteJobSet) and _is_jobset(answer) else None
 
     @property
-    def _handlers(self) -> Mapping[type[Action], Callable[[Observed, Object | None, Any], Awaitable[None]]]:
+    def _handlers(self) -> Mapping[type[Action], Callable[[Observed, Object | None, Any], Awaitable[Any]]]:
         return {
             CreateJobSet: self._create_jobset,
             AddFinalizer: self._add_finalizer,
@@ -1771,24 +1804,27 @@ class SlurmReconciler:
             return
         meta = raw_js["metadata"]
         try:
-            # Read again: a delete of the JobSet just now changed its resourceVersion.
-            fresh = await self._client.get(
+            # The delete's answer carries the resourceVersion the delete made; without it, read again
+            # (the cache may be behind). A change in between is a Conflict, and the requeue reads.
+            fresh = raw_js if action.answered else await self._client.get(
                 JOBSET_API_VERSION, JOBSET_KIND, meta["name"], namespace=meta.get("namespace")
-            )
+            )  # fmt: skip
             await remove_finalizer(self._client, fresh, FINALIZER, field_manager=FIELD_MANAGER)
         except NotFound:
             pass
 
-    async def _delete_jobset(self, o: Observed, raw_js: Object | None, action: DeleteJobSet) -> None:
+    async def _delete_jobset(self, o: Observed, raw_js: Object | None, action: DeleteJobSet) -> Object | None:
+        """The API server's answer: the JobSet with its deletionTimestamp (it keeps the bridge's
+        finalizer), which saves the finalizer's removal a read."""
         if raw_js is None:
-            return
+            return None
         meta = raw_js["metadata"]
-        await self._client.delete(
+        return await self._client.delete(
             JOBSET_API_VERSION,
             JOBSET_KIND,
             meta["name"],
             namespace=meta.get("namespace"),
-            propagation_policy="Foreground",
+            propagation_policy="Foreground" if action.foreground else "Background",
             missing_ok=True,
         )
 
@@ -1857,23 +1893,36 @@ class SlurmReconciler:
             note = f"Slurm job {o.job_id} pinned to {','.join(action.nodes)} and released"
             await self._event(raw_js, "Normal", "Released", note)
 
+    async def _set_comment(self, o: Observed, text: str) -> bool:
+        """Write the job's comment; False when the job ended since the poll (cancelled in the meantime:
+        an expected outcome, not a failure, and the next poll shows the end, which cleans up)."""
+        try:
+            await self._slurm.set_comment(o.job_id, text)
+        except (InvalidJobId, JobAlreadyDone):
+            log.info("job ended before its comment could be written", job_id=o.job_id)
+            return False
+        return True
+
     async def _report_unservable(self, o: Observed, raw_js: Object | None, action: ReportUnservable) -> None:
-        await self._slurm.set_comment(o.job_id, action.comment)
+        if not await self._set_comment(o, action.comment):
+            return
         mixing = self._config.object
         if mixing is not None:
             await self._event(mixing, "Warning", action.code, f"Slurm job {o.job_id}: {action.reason}")
 
     async def _clear_comment(self, o: Observed, raw_js: Object | None, action: ClearComment) -> None:
-        await self._slurm.set_comment(o.job_id, "")
+        await self._set_comment(o, "")
 
     async def _write_comment(self, o: Observed, raw_js: Object | None, action: WriteComment) -> None:
         self._comments.spend(job_key(self.cluster(), o.job_id))
-        await self._slurm.set_comment(o.job_id, action.text)
-        if action.event and raw_js is not None:
+        if await self._set_comment(o, action.text) and action.event and raw_js is not None:
             await self._event(raw_js, "Warning", action.event, f"Slurm job {o.job_id}: {action.text}")
 
     async def _mark_held(self, o: Observed, raw_js: Object | None, action: MarkHeld) -> None:
-        await self._slurm.set_admin_comment(o.job_id, action.admin_comment)
+        try:
+            await self._slurm.set_admin_comment(o.job_id, action.admin_comment)
+        except (InvalidJobId, JobAlreadyDone):
+            log.info("job ended before its hold could be marked", job_id=o.job_id)
 
     async def _event(self, regarding: Object, type_: str, reason: str, note: str) -> None:
         if self._recorder is None:

@@ -4,14 +4,16 @@ Why an adapter between the configuration and :class:`~bridge.slurmrest.SlurmClie
 version and user come from the WorkloadMixing, which may change while the bridge runs; sources and the
 reconciler hold one :class:`LiveSlurm` for the life of the process, and it builds a new client when
 those settings change (closing the old one only once the calls still using it are done). The JWT
-comes from the Secret the configuration names (:class:`SecretToken`: read with a GET, cached 15 s,
-re-read after an authentication failure) or from a file (``--slurm-token-file``).
+comes from the Secret the configuration names (:class:`SecretToken`: read with a GET, kept 300 s or
+until shortly before the JWT expires, re-read after an authentication failure) or from a file
+(``--slurm-token-file``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, TypeVar
@@ -36,7 +38,10 @@ log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
 
-_TOKEN_TTL = 15.0
+_TOKEN_TTL = 300.0
+"""Seconds a token read from the Secret is used before the Secret is read again."""
+_TOKEN_MARGIN = 30.0
+"""Seconds before a JWT's ``exp`` at which it is read again (a rotated token is in the Secret by then)."""
 
 
 class ConnectionSettings(Protocol):
@@ -69,20 +74,45 @@ class SlurmMixing(LiveMixing):
 
 
 class SecretToken:
-    """The JWT from the Secret the live configuration names: a GET, cached ``ttl`` seconds.
+    """The JWT from the Secret the live configuration names: a GET, kept until it is due again.
 
     A GET rather than a watch: the reference may change with the configuration, and a watch of
-    Secrets would cache content the bridge does not need. ``invalidate`` after an auth failure.
+    Secrets would cache content the bridge does not need. The token read is kept ``ttl`` seconds
+    (300), or until ``margin`` (30 s) before the ``exp`` claim of the JWT when that comes first, and
+    :meth:`invalidate` drops it at once: the connection calls it after any authentication failure,
+    so a rotated key or a token that expired early is read again at the next request. Concurrent
+    callers share one read (a burst of reconciles after the cache ran out costs one GET, not one
+    each).
     """
 
-    def __init__(self, client: Client, config: SlurmMixing, *, ttl: float = _TOKEN_TTL) -> None:
+    def __init__(
+        self,
+        client: Client,
+        config: SlurmMixing,
+        *,
+        ttl: float = _TOKEN_TTL,
+        margin: float = _TOKEN_MARGIN,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
         self._client = client
         self._config = config
         self._ttl = ttl
+        self._margin = margin
+        self._clock = clock
+        self._wall_clock = wall_clock
         self._cached: tuple[tuple[str, str, str], float, str] | None = None
+        """(Secret reference, monotonic time it is due again, token)."""
+        self._lock = asyncio.Lock()
 
     def invalidate(self) -> None:
         self._cached = None
+
+    def _fresh(self, where: tuple[str, str, str]) -> str | None:
+        cached = self._cached
+        if cached is not None and cached[0] == where and self._clock() < cached[1]:
+            return cached[2]
+        return None
 
     async def get(self) -> str:
         slurm = self._config.slurm()
@@ -90,19 +120,46 @@ class SecretToken:
             raise SlurmAuthError("no configuration yet: no token Secret known")
         ref = slurm.auth.token_secret_ref
         where = (ref.namespace, ref.name, ref.key)
-        now = time.monotonic()
-        if self._cached is not None and self._cached[0] == where and now - self._cached[1] < self._ttl:
-            return self._cached[2]
-        try:
-            secret = await self._client.get("v1", "Secret", ref.name, namespace=ref.namespace)
-        except ApiError as exc:
-            raise SlurmAuthError(f"cannot read Secret {ref.namespace}/{ref.name}: {exc.reason}") from None
-        raw = (secret.get("data") or {}).get(ref.key)
-        if not raw:
-            raise SlurmAuthError(f"Secret {ref.namespace}/{ref.name} has no key {ref.key!r}")
-        token = base64.b64decode(raw).decode("utf-8", "replace").strip()
-        self._cached = (where, now, token)
-        return token
+        token = self._fresh(where)
+        if token is not None:
+            return token
+        async with self._lock:
+            token = self._fresh(where)  # read by the caller that held the lock
+            if token is not None:
+                return token
+            try:
+                secret = await self._client.get("v1", "Secret", ref.name, namespace=ref.namespace)
+            except ApiError as exc:
+                raise SlurmAuthError(f"cannot read Secret {ref.namespace}/{ref.name}: {exc.reason}") from None
+            raw = (secret.get("data") or {}).get(ref.key)
+            if not raw:
+                raise SlurmAuthError(f"Secret {ref.namespace}/{ref.name} has no key {ref.key!r}")
+            token = base64.b64decode(raw).decode("utf-8", "replace").strip()
+            now = self._clock()
+            keep = self._ttl
+            expires = jwt_expiry(token)
+            if expires is not None:
+                keep = min(keep, expires - self._wall_clock() - self._margin)
+            self._cached = (where, now + max(keep, 0.0), token)
+            return token
+
+
+def jwt_expiry(token: str) -> float | None:
+    """The ``exp`` claim (epoch seconds) of a JWT, read without verifying it; None when there is none.
+
+    Only to know when to read the Secret again: slurmrestd verifies the token."""
+    parts = token.removeprefix("SLURM_JWT=").split(".")
+    if len(parts) != 3:
+        return None
+    payload = parts[1] + "=" * (-len(parts[1]) % 4)
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(payload))
+    except (ValueError, TypeError):
+        return None
+    exp = claims.get("exp") if isinstance(claims, dict) else None
+    if isinstance(exp, bool) or not isinstance(exp, int | float):
+        return None
+    return float(exp)
 
 
 class LiveSlurm:

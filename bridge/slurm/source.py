@@ -5,11 +5,14 @@ the store-plus-events interface every informer has, so the Slurm reconciler is t
 changed job exactly as by a changed JobSet, and reads both from memory:
 
 - :class:`SlurmJobSource` polls ``GET /jobs?update_time=`` (slurmctld answers "not modified" when
-  nothing changed: one cheap request per interval) and keeps only what the bridge acts on: jobs of
-  bridged partitions, plus jobs that still have a JobSet (a job submitted elsewhere then moved, or
-  a partition removed from the configuration). Objects are keyed ``<cluster>/<job id>``, the key of
-  the reconciler's requests. A finished job leaves slurmctld after ``MinJobAge``; it then vanishes
-  from the store, and the reconciler treats a vanished job with a JobSet as finished.
+  nothing changed: one cheap request per interval; when anything changed it lists every job, and the
+  client parses again only the jobs that changed, ``KnownJobs``, whose store objects stay the same
+  objects, so an unchanged job costs neither a parse nor an event) and keeps only what the bridge
+  acts on: jobs of bridged partitions, plus jobs that still have a JobSet (a job submitted elsewhere
+  then moved, or a partition removed from the configuration). Objects are keyed
+  ``<cluster>/<job id>``, the key of the reconciler's requests. A finished job leaves slurmctld
+  after ``MinJobAge``; it then vanishes from the store, and the reconciler treats a vanished job
+  with a JobSet as finished.
 - :class:`SlurmNodeSource` polls ``GET /nodes?update_time=`` and keeps the bridge's dynamic nodes,
   indexed by the job they belong to, so "are all N nodes registered idle with the job's feature" is
   a dictionary lookup instead of one REST call per job and reconcile. slurmrestd refuses the
@@ -175,6 +178,7 @@ class SlurmJobSource(_RecoveringSource):
         self._jobs: tuple[SlurmJob, ...] | None = None
         self._by_id: dict[int, SlurmJob] | None = None
         self._filter: tuple[str, frozenset[str], frozenset[int]] | None = None
+        self._objects: dict[int, Object] = {}
 
     async def _list(self) -> list[Object] | NotModified:
         if not self._cluster():  # no configuration yet: no REST call
@@ -192,12 +196,20 @@ class SlurmJobSource(_RecoveringSource):
         self._filter = current
         cluster, partitions, bridged = current
         if not cluster:  # no configuration yet: nothing is bridged
+            self._objects = {}
             return []
-        return [
-            job_object(cluster, job)
-            for job in self._jobs or ()
-            if job.job_id in bridged or any(p in partitions for p in job.partitions)
-        ]
+        # An unchanged job is the very object of the last list (``KnownJobs``): its store object is
+        # reused too, so the store's diff sees the same object and delivers no event for it.
+        before = self._objects
+        objects: dict[int, Object] = {}
+        for job in self._jobs or ():
+            if job.job_id in bridged or any(p in partitions for p in job.partitions):
+                obj = before.get(job.job_id)
+                if obj is None or obj["job"] is not job or obj["metadata"]["namespace"] != cluster:
+                    obj = job_object(cluster, job)
+                objects[job.job_id] = obj
+        self._objects = objects
+        return list(objects.values())
 
     def job(self, job_id: int) -> SlurmJob | None:
         """The stored job, or None (not in a bridged partition, or gone from slurmctld)."""

@@ -21,6 +21,7 @@ from .auth import JwtAuth
 from .errors import (
     InvalidJobId,
     InvalidNodeName,
+    JobAlreadyDone,
     NodesBusy,
     PartitionConfigUnavailable,
     ScontrolError,
@@ -160,4 +161,6 @@ def _classify(message: str, returncode: int | None) -> SlurmError:
         kind = InvalidJobId
     elif "partition configuration not available" in low:
         kind = PartitionConfigUnavailable  # 2015 on a job update: applied (see its docstring)
+    elif "job has already finished" in low or "already completing or completed" in low:
+        kind = JobAlreadyDone  # an update of a job cancelled since the poll (2084, 2021)
     return kind(message or f"scontrol exited {returncode}", source="scontrol")

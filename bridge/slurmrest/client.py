@@ -54,6 +54,7 @@ from .errors import (
     SlurmVersionError,
     api_error,
 )
+from .known_jobs import KnownJobs
 from .versions import (
     ADAPTERS,
     SUPPORTED_VERSIONS,
@@ -105,6 +106,8 @@ class SlurmClient:
         self._adapter: RestAdapter | None = adapter_for(version) if version else None
         self._detect_lock = asyncio.Lock()
         self._jobs_update_time: int | None = None
+        self.known_jobs = KnownJobs()
+        """The last job list's parsed jobs: a list parses only the jobs that changed."""
 
     def __repr__(self) -> str:
         return f"SlurmClient({self.base_url!r}, version={self.rest_version!r}, auth={self.auth!r})"
@@ -274,7 +277,7 @@ class SlurmClient:
         return await self._conditional_list(
             "list_jobs",
             update_time=update_time,
-            parse=adapter.parse_jobs,
+            parse=lambda body: adapter.parse_jobs(body, known=self.known_jobs),
             has_last_update="last_update" in adapter.jobs_response_fields,
             is_empty=lambda page: not page.jobs,
         )

@@ -19,7 +19,7 @@ so a reconciler can write ``except NodesBusy`` instead of parsing strings.
         ├── NodesBusy               2016 (delete of a busy node: set it DOWN first)
         ├── InvalidJobId            2017
         ├── InvalidNodeName         2018
-        ├── JobAlreadyDone          2021
+        ├── JobAlreadyDone          2021, 2084
         ├── InvalidFeature          2029
         └── JobHeld                 2042
 
@@ -154,7 +154,9 @@ class InvalidNodeName(SlurmAPIError):
 
 
 class JobAlreadyDone(SlurmAPIError):
-    """2021: the job already finished."""
+    """2021 or 2084 ("Job has already finished"): the job already finished. 22.05 answers 2084 to an
+    update (a hold, a comment) of a job cancelled since the bridge's last poll: in a mass cancel, one
+    for each queued job whose hold conversion or comment was still under way."""
 
 
 class InvalidFeature(SlurmAPIError):
@@ -175,6 +177,7 @@ _BY_NUMBER: dict[int, type[SlurmError]] = {
     2018: InvalidNodeName,
     2021: JobAlreadyDone,
     2029: InvalidFeature,
+    2084: JobAlreadyDone,
     2042: JobHeld,
 }
 
@@ -189,6 +192,7 @@ _BY_TEXT: dict[str, int] = {
     "invalid job id specified": 2017,
     "invalid node name specified": 2018,
     "job/step already completing or completed": 2021,
+    "job has already finished": 2084,
     "invalid feature specification": 2029,
 }
 

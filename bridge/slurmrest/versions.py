@@ -28,6 +28,7 @@ from bridge.api.slurm_reservation import SlurmReservation
 
 from . import hostlist
 from .errors import ErrorEntry, SlurmResponseError
+from .known_jobs import KnownJobs
 
 __all__ = [
     "ADAPTERS",
@@ -309,8 +310,14 @@ class RestAdapter:
             raise SlurmResponseError(f"response.{key}: expected a list, got {type(value).__name__}")
         return value
 
-    def parse_jobs(self, body: Mapping[str, Any]) -> JobsPage:
-        jobs = tuple(self.parse_job(raw) for raw in self._list(body, "jobs", self.jobs_response_fields))
+    def parse_jobs(self, body: Mapping[str, Any], *, known: KnownJobs | None = None) -> JobsPage:
+        """The page; with ``known``, jobs whose declared fields did not change since the last list
+        are not parsed again (``KnownJobs``)."""
+        raws = self._list(body, "jobs", self.jobs_response_fields)
+        if known is None:
+            jobs = tuple(self.parse_job(raw) for raw in raws)
+        else:
+            jobs = known.parse(raws, fields=self.job_fields, parse=self.parse_job, version=self.version)
         return JobsPage(
             jobs=jobs, update_time=self._last_update(body), last_backfill=self._last_backfill(body)
         )

@@ -8,6 +8,10 @@ aiohttp's ``ClientSession._request`` (the bridges' Kubernetes session, the Slurm
 client and the Ray bridge's service-proxy calls all use aiohttp). Each request is counted once when
 it is sent; a watch counts as one request however long it stays open.
 
+New TCP connections are counted too (``k8s_bridge_bench_http_connections_total{target}``, at
+aiohttp's ``TCPConnector._create_connection``): requests per connection says whether keep-alive
+holds, and a connection per request is churn that costs both ends.
+
 The counter ``k8s_bridge_bench_http_requests_total{target, verb, resource}`` is registered on the
 bridges' own registry, so it is served on ``--metrics-bind-address`` beside the bridge's metrics:
 ``target`` is ``kube`` (paths under ``/api`` and ``/apis``) or ``slurm``; ``verb`` is the HTTP method,
@@ -31,6 +35,13 @@ REQUESTS = Counter(
     "k8s_bridge_bench_http_requests_total",
     "HTTP requests the bridge sent, counted by the benchmark's wrapper",
     ["target", "verb", "resource"],
+    registry=REGISTRY,
+)
+
+CONNECTIONS = Counter(
+    "k8s_bridge_bench_http_connections_total",
+    "TCP connections the bridge opened, counted by the benchmark's wrapper",
+    ["target"],
     registry=REGISTRY,
 )
 
@@ -74,6 +85,18 @@ async def _counted(
     return await _original(self, method, str_or_url, *args, **kwargs)
 
 
+_original_connect = aiohttp.TCPConnector._create_connection
+
+
+async def _connect_counted(self: aiohttp.TCPConnector, req: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        CONNECTIONS.labels(classify(str(req.method), URL(str(req.url)))[0]).inc()
+    except Exception:  # counting must never break the bridge
+        CONNECTIONS.labels("unknown").inc()
+    return await _original_connect(self, req, *args, **kwargs)
+
+
 def install() -> None:
-    """Count every request of every aiohttp session of this process from now on."""
+    """Count every request and every new connection of every aiohttp session of this process."""
     aiohttp.ClientSession._request = _counted  # type: ignore[method-assign]
+    aiohttp.TCPConnector._create_connection = _connect_counted  # type: ignore[method-assign]

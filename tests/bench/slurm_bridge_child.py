@@ -15,16 +15,41 @@ with ``LIST`` and ``WATCH`` told apart from ``GET`` as the API server does; ``re
 Kubernetes resource (``jobsets``, ``events``, ``jobsets/status``) or the slurmrestd path with ids
 replaced by ``{id}``.
 
+It also counts the Slurm jobs the slurmrestd client builds from a job list or read
+(``k8s_bridge_bench_slurm_jobs_parsed_total``, at ``RestAdapter.parse_job``): with a deep queue, the
+jobs parsed per poll tell whether a poll costs in proportion to the queue or to what changed.
+
 Usage: ``python slurm_bridge_child.py <the arguments of python -m bridge.slurm>``.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
+from prometheus_client import Counter
+
+from bridge.api.slurm_job import SlurmJob
+from bridge.runtime.metrics import REGISTRY
 from bridge.slurm.program import main
+from bridge.slurmrest.versions import RestAdapter
 from tests.bench.http_counting import install
+
+PARSED = Counter(
+    "k8s_bridge_bench_slurm_jobs_parsed_total",
+    "Slurm jobs the slurmrestd client parsed, counted by the benchmark's wrapper",
+    registry=REGISTRY,
+)
+
+_parse_job = RestAdapter.parse_job
+
+
+def _counted_parse_job(self: RestAdapter, raw: Any) -> SlurmJob:
+    PARSED.inc()
+    return _parse_job(self, raw)
+
 
 if __name__ == "__main__":
     install()
+    RestAdapter.parse_job = _counted_parse_job  # type: ignore[method-assign]
     sys.exit(main(sys.argv[1:]))

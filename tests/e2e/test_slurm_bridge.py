@@ -23,6 +23,7 @@ from bridge.sandbox.processes import StackError
 from bridge.slurmrest import SlurmClient
 from tests.fixtures.e2e import (
     TASKS_SCRIPT,
+    JobSetWatch,
     bridge_ready,
     eventually,
     finished,
@@ -289,6 +290,45 @@ async def test_scancel_while_queued_and_while_running_cleans_up(
     cancelled = await wait_job(slurm_client, runner_id, until=finished, timeout=60, what="to be cancelled")
     assert cancelled.state == JobState.CANCELLED
     await wait_cleaned_up(e2e, runner_id, bridge=bridge)
+    assert bridge.alive(), bridge.log_tail()
+
+
+MASS_CANCEL = 30
+
+
+async def test_a_mass_cancel_deletes_queued_jobsets_without_waiting_on_the_garbage_collector(
+    e2e: E2EStack, slurm_client: SlurmClient
+) -> None:
+    """``scancel -u`` of a user's queue: one job running (pods, Slurm nodes), 30 queued in Kueue
+    (JobSets that never had a pod). The queued JobSets are deleted in the background, never waiting
+    in the garbage collector's foreground deletion (which kept hundreds of them for many minutes),
+    while the running job's JobSet still waits for its pods, so none of its nodes can leak."""
+    bridge = start_bridge(e2e)
+    await wait_bridge(bridge)
+    runner_id = submit(e2e, script=TASKS_SCRIPT + "sleep 300\n", name="mass-running")
+    await wait_job(
+        slurm_client, runner_id, until=lambda j: j.is_running, timeout=JOB_TIMEOUT, what="to run",
+        stack=e2e, bridge=bridge,
+    )  # fmt: skip
+    queued = [submit(e2e, name=f"mass-queued-{i}") for i in range(MASS_CANCEL)]
+    queued_names = {jobset_name(e2e.cluster_name, j) for j in queued}
+    runner_name = jobset_name(e2e.cluster_name, runner_id)
+    await eventually(
+        lambda: queued_names <= {js["metadata"]["name"] for js in e2e.jobsets()},
+        timeout=120, what=f"{MASS_CANCEL} queued JobSets", describe=lambda: stack_summary(e2e, bridge=bridge),
+    )  # fmt: skip
+    with JobSetWatch(e2e) as watch:
+        e2e.slurm._run(["scancel", "-u", e2e.slurm.user], user=e2e.slurm.user)
+        await eventually(
+            lambda: not e2e.jobsets() and not e2e.pods() and not e2e.slurm_nodes(),
+            timeout=CLEANUP_TIMEOUT * 2, what="every JobSet, pod and Slurm node to go",
+            describe=lambda: stack_summary(e2e, bridge=bridge),
+        )  # fmt: skip
+    assert queued_names | {runner_name} <= watch.deleted, (sorted(watch.deleted), watch.errors)
+    waited = sorted(n for n in queued_names if watch.ever_in_foreground_deletion(n))
+    assert not waited, f"queued JobSets deleted in the foreground: {waited}"
+    # The JobSet with pods still waits for them (its recorded nodes stay known until they are gone).
+    assert watch.ever_in_foreground_deletion(runner_name), watch.finalizers.get(runner_name)
     assert bridge.alive(), bridge.log_tail()
 
 

@@ -441,6 +441,9 @@ def test_cancelled_before_admission_deletes_the_jobset_without_node_calls(wl: Wo
     cancelled = job(state=JobState.CANCELLED, hold=False)
     d = decide(observe(cancelled, js=jobset(), wl=wl))
     assert kinds(d) == ["delete_jobset", "remove_finalizer"]
+    # No pod to wait for: not in the foreground (the garbage collector's retries kept hundreds of
+    # such JobSets for many minutes).
+    assert d.actions[0] == DeleteJobSet(foreground=False)
     # ... and while the garbage collector finishes the foreground deletion: nothing at all.
     assert decide(observe(cancelled, js=jobset(deleting=True), wl=wl, has_finalizer=False)).actions == ()
 
@@ -467,6 +470,7 @@ def test_recorded_nodes_are_deleted_whenever_one_could_exist_unseen(
     may have run, the names recorded on it are deleted before the finalizer goes."""
     d = decide(observe(running(state=JobState.CANCELLED), js=js, wl=wl, pods=pods))
     assert DeleteNodes(names=NAMES) in d.actions
+    assert DeleteJobSet(foreground=True) in d.actions  # kept until its pods are gone
     assert kinds(d)[-2:] == ["delete_nodes", "remove_finalizer"]
     # Still so once the finalizer is off, while the GC deletes the pods.
     gc = decide(observe(None, js=replace(js, deleting=True), wl=wl, pods=pods, has_finalizer=False))

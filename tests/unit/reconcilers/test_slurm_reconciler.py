@@ -12,6 +12,7 @@ from typing import Any, cast
 
 import pytest
 from prometheus_client import CollectorRegistry
+from structlog.testing import capture_logs
 
 from bridge.api.mixing import API_VERSION, KIND, WorkloadMixingSpec
 from bridge.api.slurm_job import JobState, SlurmJob
@@ -27,7 +28,14 @@ from bridge.runtime.manager import Manager
 from bridge.slurm.metrics import slurm_metrics
 from bridge.slurm.program import Settings, SlurmBridge, parse_args
 from bridge.slurm.source import SlurmNodeSource, node_object
-from bridge.slurmrest.errors import InvalidJobId, InvalidNodeName, SlurmAPIError, SlurmUnavailable
+from bridge.slurmrest.errors import (
+    ErrorEntry,
+    InvalidJobId,
+    InvalidNodeName,
+    SlurmAPIError,
+    SlurmUnavailable,
+    api_error,
+)
 from reconcilers.slurm import (
     INDEX_JOB,
     INDEX_JOB_UID,
@@ -97,6 +105,7 @@ class FakeSlurm:
         self.gone_nodes: set[str] = set()
         self.refuse_hold = False
         self.hold_error: Exception | None = None
+        self.comment_error: Exception | None = None
         self.delete_error: Exception | None = None
         self.before_hold: Callable[[], Awaitable[None]] | None = None
         self.unpinned: list[tuple[int, tuple[str, ...]]] = []
@@ -139,6 +148,8 @@ class FakeSlurm:
 
     async def set_comment(self, job_id: int, comment: str) -> None:
         self.calls.append(("comment", job_id, comment))
+        if self.comment_error is not None:
+            raise self.comment_error
 
     async def set_admin_comment(self, job_id: int, admin_comment: str) -> None:
         self.calls.append(("admin_comment", job_id, admin_comment))
@@ -177,6 +188,9 @@ class FakeKube:
         self.calls: list[tuple[Any, ...]] = []
         self.create_error: Exception | None = None
         self.before_create: Callable[[], Awaitable[None]] | None = None
+        self.gets = 0
+        self.delete_answers = False
+        """Answer a delete with the object, as the API server does while finalizers keep it."""
 
     async def create(self, obj: Object, **kwargs: Any) -> Object:
         if self.before_create is not None:
@@ -191,6 +205,7 @@ class FakeKube:
         return stored
 
     async def get(self, api_version: str, kind: str, name: str, *, namespace: str | None = None) -> Object:
+        self.gets += 1
         obj = self.objects.get((kind, namespace or "", name))
         if obj is None:
             raise NotFound(404, "NotFound", name)
@@ -204,7 +219,13 @@ class FakeKube:
 
     async def delete(self, api_version: str, kind: str, name: str, **kwargs: Any) -> Object | None:
         self.calls.append(("delete", kind, name, kwargs.get("propagation_policy")))
-        return None
+        obj = self.objects.get((kind, kwargs.get("namespace") or "", name))
+        if not self.delete_answers or obj is None:
+            return None
+        # As the API server answers while finalizers keep the object: the object, marked, a new version.
+        obj["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:01Z"
+        obj["metadata"]["resourceVersion"] = str(int(obj["metadata"]["resourceVersion"]) + 1)
+        return copy.deepcopy(obj)
 
 
 def jobset_object(
@@ -565,6 +586,43 @@ async def test_a_refused_admin_hold_of_a_user_held_job_is_not_an_error() -> None
     assert w.slurm.calls == [("hold", 42)]
 
 
+def job_finished_answer() -> SlurmAPIError:
+    """What 22.05 answers to an update of a job cancelled since the last poll (seen on the local
+    stack in a mass cancel: ``Job has already finished``, error 2084, HTTP 500)."""
+    error = api_error([ErrorEntry(2084, "Job has already finished", "slurm_update_job()")], status=500)
+    assert isinstance(error, SlurmAPIError)
+    return error
+
+
+async def test_a_job_cancelled_before_its_hold_conversion_is_no_warning() -> None:
+    """A mass cancel of queued jobs whose conversions are still under way: each is an expected
+    outcome (the next poll shows the end and cleans up), logged at info, not a warning per job."""
+    w = user_held_with_its_jobset()
+    w.slurm.hold_error = job_finished_answer()
+    with capture_logs() as logs:
+        assert await w.reconcile() == Result()
+    assert w.slurm.calls == [("hold", 42)]
+    assert not [e for e in logs if e["log_level"] in ("warning", "error")], logs
+    assert any(e["event"] == "job ended before it could be held" for e in logs)
+
+
+async def test_a_job_cancelled_before_its_comment_is_no_error_and_no_event() -> None:
+    events: list[str] = []
+
+    class Recorder:
+        async def event(self, regarding: Object, **kw: Any) -> None:
+            events.append(kw["reason"])
+
+    w = World(held(node_count=100000))
+    w.reconciler._recorder = cast(Any, Recorder())
+    w.slurm.comment_error = job_finished_answer()
+    with capture_logs() as logs:
+        assert await w.reconcile() == Result()
+    assert [c[0] for c in w.slurm.calls] == ["get_job", "comment"]
+    assert events == []  # nothing reported for a job that is gone
+    assert not [e for e in logs if e["log_level"] in ("warning", "error")], logs
+
+
 async def test_a_guard_hold_makes_the_job_source_poll_at_once() -> None:
     w = World(held(hold=False, state_reason="Priority"))
     await w.reconcile()
@@ -722,6 +780,43 @@ async def test_a_job_cancelled_before_admission_costs_no_node_calls() -> None:
         ("delete", "JobSet", "slurm-hpc-42"),
         ("patch", "JobSet", "slurm-hpc-42"),
     ]
+    # No pod ever: nothing to wait for in the foreground, the JobSet goes with the finalizer.
+    assert w.kube.calls[0][3] == "Background"
+
+
+async def test_the_finalizer_goes_with_the_deletes_answer_without_reading_the_jobset_again() -> None:
+    """Two calls per cancelled queued job instead of three: the delete's answer carries the
+    resourceVersion the delete made, which the finalizer's patch needs."""
+    w = World(held(state=JobState.CANCELLED, hold=False))
+    w.add_jobset(jobset_object())
+    w.workloads.put(workload_object(admitted=False))
+    w.kube.delete_answers = True
+    before = w.kube.gets
+    await w.reconcile()
+    assert [c[0] for c in w.kube.calls] == ["delete", "patch"]
+    assert w.kube.gets == before  # no GET of the JobSet
+    patch = w.kube.calls[1][3]
+    assert patch["metadata"] == {"finalizers": [], "resourceVersion": "8"}  # the delete's version
+
+
+async def test_without_an_answer_to_the_delete_the_jobset_is_read_before_the_finalizer_goes() -> None:
+    w = World(held(state=JobState.CANCELLED, hold=False))
+    w.add_jobset(jobset_object())
+    w.workloads.put(workload_object(admitted=False))
+    before = w.kube.gets
+    await w.reconcile()
+    assert [c[0] for c in w.kube.calls] == ["delete", "patch"]
+    assert w.kube.gets == before + 1
+
+
+async def test_a_jobset_that_may_have_pods_is_deleted_in_the_foreground() -> None:
+    """Its pods may still run slurmd: the JobSet, with the node names recorded on it, stays until the
+    garbage collector has deleted them."""
+    w = World(held(state=JobState.CANCELLED, hold=False))
+    w.add_jobset(jobset_object(suspended=False))
+    w.workloads.put(workload_object(admitted=True))
+    await w.reconcile()
+    assert w.kube.calls[0] == ("delete", "JobSet", "slurm-hpc-42", "Foreground")
 
 
 async def test_a_node_registered_after_the_last_node_poll_is_deleted_before_the_finalizer_goes() -> None:

@@ -35,6 +35,7 @@ from bridge.slurmrest import (
     StaticToken,
 )
 from bridge.slurmrest.cli import _classify
+from bridge.slurmrest.errors import JobAlreadyDone
 
 DATA = Path(__file__).parent / "data"
 TOKEN = "eyJhbGciOiJIUzI1NiJ9.secret-token-value"
@@ -371,6 +372,23 @@ async def test_v0038_error_known_only_by_its_text(server: Scripted) -> None:
     assert info.value.status == 500
 
 
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"error": "Job has already finished", "error_number": 2084},
+        {"error": "Job has already finished", "error_number": 0},
+    ],
+)
+async def test_an_update_of_a_job_that_has_finished_is_job_already_done(
+    server: Scripted, entry: dict[str, Any]
+) -> None:
+    """22.05's answer to a hold or comment of a job cancelled since the last poll."""
+    server.on("POST", "/slurm/v0.0.38/job/7", ok({"errors": [entry]}, status=500))
+    async with client(server, version="v0.0.38") as slurm:
+        with pytest.raises(JobAlreadyDone):
+            await slurm.set_comment(7, "queued")
+
+
 class RecordingCli(ScontrolCli):
     def __init__(self) -> None:
         super().__init__(auth=None)
@@ -595,3 +613,11 @@ async def test_v0038_scontrol_2015_on_the_admin_comment_is_an_update_that_landed
     async with client(server, version="v0.0.38", scontrol=Answers2015()) as slurm:
         await slurm.hold_job(42, admin_comment="k8s-bridge: held")
     assert server.seen[0].body == {"hold": True}
+
+
+@pytest.mark.parametrize(
+    "message", ["Job has already finished for job 358", "Job/step already completing or completed"]
+)
+def test_scontrol_on_a_job_that_has_finished_is_job_already_done(message: str) -> None:
+    """22.05's scontrol (the admin comment of a hold conversion) on a job cancelled since the poll."""
+    assert isinstance(_classify(message, 1), JobAlreadyDone)

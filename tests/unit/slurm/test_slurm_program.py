@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import json
 import logging
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from bridge.api.slurm_job import JobState, SlurmJob
 from bridge.mixing_config import LiveConfig
 from bridge.program import DirectPublisher, bind_address, configure_program_logging
 from bridge.runtime.client import Client
-from bridge.slurm.connection import LiveSlurm, SecretToken, SlurmMixing
+from bridge.slurm.connection import LiveSlurm, SecretToken, SlurmMixing, jwt_expiry
 from bridge.slurm.program import Settings, explain, parse_args
 from bridge.slurmrest.client import SlurmClient
 from bridge.slurmrest.errors import SlurmAuthError
@@ -150,6 +151,7 @@ class SecretClient:
         self, api_version: str, kind: str, name: str, *, namespace: str | None = None
     ) -> dict[str, Any]:
         self.gets += 1
+        await asyncio.sleep(0)  # a real GET yields: concurrent callers overlap
         return {"data": {"token": base64.b64encode(self.token.encode()).decode()}}
 
 
@@ -167,6 +169,52 @@ async def test_secret_token_is_cached_and_reread_after_invalidate() -> None:
     assert client.gets == 1
     token.invalidate()
     assert await token.get() == "jwt-2"
+
+
+def jwt(claims: dict[str, Any]) -> str:
+    def part(data: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(data).encode()).decode().rstrip("=")
+
+    return f"{part({'alg': 'HS256'})}.{part(claims)}.c2lnbmF0dXJl"
+
+
+async def test_secret_token_is_read_again_only_when_due() -> None:
+    """Kept ``ttl`` seconds, or until shortly before the JWT's ``exp``; concurrent callers share a read."""
+    live = LiveConfig("site")
+    live.publish(uid="u", generation=1, spec=spec())
+    now = [1000.0]
+    client = SecretClient(jwt({"exp": 1000 + 3600, "sun": "slurm"}))
+    token = SecretToken(
+        cast(Client, client), SlurmMixing(live), ttl=300, margin=30, clock=lambda: now[0],
+        wall_clock=lambda: now[0],
+    )  # fmt: skip
+    assert len(set(await asyncio.gather(*(token.get() for _ in range(20))))) == 1
+    assert client.gets == 1  # one GET for a burst of callers
+    now[0] += 299
+    await token.get()
+    assert client.gets == 1
+    now[0] += 2
+    await token.get()
+    assert client.gets == 2  # ttl over
+    # A token that expires sooner than the ttl is read again before it expires.
+    client.token = jwt({"exp": now[0] + 100})
+    token.invalidate()
+    await token.get()
+    now[0] += 69
+    await token.get()
+    assert client.gets == 3
+    now[0] += 2
+    await token.get()
+    assert client.gets == 4  # 30 s before exp
+
+
+def test_jwt_expiry_reads_the_claim_or_says_none() -> None:
+    assert jwt_expiry(jwt({"exp": 1234})) == 1234.0
+    assert jwt_expiry("SLURM_JWT=" + jwt({"exp": 99})) == 99.0
+    assert jwt_expiry(jwt({"sun": "slurm"})) is None
+    assert jwt_expiry("not-a-jwt") is None
+    assert jwt_expiry("a.!!!.c") is None
+    assert jwt_expiry(jwt({"exp": True})) is None
 
 
 async def no_nodes(self: LiveSlurm, *, update_time: int | None = None) -> NodesPage:

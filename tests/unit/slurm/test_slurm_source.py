@@ -124,6 +124,25 @@ async def test_a_job_gone_from_slurmctld_is_delivered_as_a_delete() -> None:
     assert rec.events[2:] == [("delete", "hpc/1"), ("update", "hpc/2")]
 
 
+async def test_an_unchanged_job_keeps_its_store_object_and_costs_no_event() -> None:
+    """The client hands back the very SlurmJob of the last list for an unchanged job (``KnownJobs``);
+    the source then reuses its store object, so the diff is an identity check and delivers nothing."""
+    same = [sjob(i) for i in range(1, 6)]
+    changed = sjob(3, comment="edited")
+    slurm = FakeSlurm([page(*same), page(*same[:2], changed, *same[3:])])
+    src = job_source(slurm)
+    rec = Recorder()
+    src.add_handler(rec)
+    await src.poll_once()
+    before = {key: src.store.get(key) for key in list(src.store.keys())}
+    rec.events.clear()
+    await src.poll_once()
+    assert rec.events == [("update", "hpc/3")]
+    for key in ("hpc/1", "hpc/2", "hpc/4", "hpc/5"):
+        assert src.store.get(key) is before[key]
+    assert src.job(3) is changed
+
+
 async def test_without_a_configuration_there_is_no_request() -> None:
     slurm = FakeSlurm([page(sjob(1))])
     src = job_source(slurm, cluster="")

@@ -1,0 +1,124 @@
+"""bridge.slurmrest.known_jobs: a job list parses only the jobs whose declared fields changed.
+
+Built on the recorded answers of both Slurm versions (``data/``), multiplied into a queue.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.api.slurm_job import SlurmJob
+from bridge.slurmrest.known_jobs import KnownJobs
+from bridge.slurmrest.versions import adapter_for
+
+DATA = Path(__file__).parent / "data"
+RECORDED = {
+    "v0.0.38": "rest-v0.0.38-pending-held-job.json",
+    "v0.0.42": "rest-24.11-jobs-held-v0.0.42.json",
+}
+
+
+def queue(version: str, count: int) -> dict[str, Any]:
+    """A recorded answer with ``count`` copies of its job, ids 1..count."""
+    body: dict[str, Any] = json.loads((DATA / RECORDED[version]).read_text())
+    (one,) = body["jobs"]
+    jobs = []
+    for job_id in range(1, count + 1):
+        job = copy.deepcopy(one)
+        job["job_id"] = job_id
+        jobs.append(job)
+    body["jobs"] = jobs
+    return body
+
+
+def counting(version: str) -> tuple[Any, list[int]]:
+    adapter = adapter_for(version)
+    parsed: list[int] = []
+    original = adapter.parse_job
+
+    def parse_job(raw: object) -> SlurmJob:
+        job = original(raw)
+        parsed.append(job.job_id)
+        return job
+
+    return parse_job, parsed
+
+
+@pytest.mark.parametrize("version", sorted(RECORDED))
+def test_only_changed_jobs_are_parsed_again_and_the_others_are_the_same_objects(version: str) -> None:
+    adapter = adapter_for(version)
+    parse_job, parsed = counting(version)
+    known = KnownJobs()
+
+    def parse(body: dict[str, Any]) -> tuple[SlurmJob, ...]:
+        raws = body["jobs"]
+        return known.parse(raws, fields=adapter.job_fields, parse=parse_job, version=version)
+
+    first = parse(queue(version, 50))
+    assert sorted(parsed) == list(range(1, 51))
+    parsed.clear()
+
+    body = queue(version, 50)  # decoded again, as each poll does: equal, not identical
+    body["jobs"][6]["comment"] = "changed by its user"
+    body["jobs"] = [j for j in body["jobs"] if j["job_id"] != 10]  # gone from slurmctld
+    second = parse(body)
+    assert parsed == [7]
+    assert known.reused == 48
+    by_id = {j.job_id: j for j in first}
+    for job in second:
+        if job.job_id == 7:
+            assert job.comment == "changed by its user"
+            assert job != by_id[7]
+        else:
+            assert job is by_id[job.job_id]  # the very object: later comparisons are identity checks
+    # What was parsed is what a full parse gives.
+    assert second == adapter.parse_jobs(body).jobs
+
+    parsed.clear()
+    back = queue(version, 50)  # job 10 is back: it was forgotten, so it is parsed
+    parse(back)
+    assert parsed == [7, 10]  # 7 changed back too
+
+
+@pytest.mark.parametrize("version", sorted(RECORDED))
+def test_a_field_no_adapter_reads_does_not_cost_a_parse(version: str) -> None:
+    """Slurm sends many fields the bridge never reads (24.11: ``last_sched_evaluation`` changes at
+    every scheduler pass); only the adapter's declared fields are compared."""
+    adapter = adapter_for(version)
+    parse_job, parsed = counting(version)
+    known = KnownJobs()
+    known.parse(queue(version, 3)["jobs"], fields=adapter.job_fields, parse=parse_job, version=version)
+    parsed.clear()
+    body = queue(version, 3)
+    undeclared = "last_sched_evaluation" if version != "v0.0.38" else "nice"
+    assert undeclared not in adapter.job_fields
+    body["jobs"][0][undeclared] = 12345
+    known.parse(body["jobs"], fields=adapter.job_fields, parse=parse_job, version=version)
+    assert parsed == []
+
+
+def test_another_version_parses_everything_again() -> None:
+    known = KnownJobs()
+    for version in ("v0.0.42", "v0.0.41"):
+        adapter = adapter_for(version)
+        body = queue("v0.0.42", 2)
+        jobs = known.parse(body["jobs"], fields=adapter.job_fields, parse=adapter.parse_job, version=version)
+        assert all(j.rest_version == version for j in jobs)
+    assert known.parsed == 4
+
+
+def test_the_adapter_parses_through_known_jobs_when_given() -> None:
+    adapter = adapter_for("v0.0.42")
+    known = KnownJobs()
+    body = queue("v0.0.42", 5)
+    page = adapter.parse_jobs(body, known=known)
+    again = adapter.parse_jobs(queue("v0.0.42", 5), known=known)
+    assert page.update_time == again.update_time
+    assert known.parsed == 5
+    assert known.reused == 5
+    assert all(a is b for a, b in zip(page.jobs, again.jobs, strict=True))
