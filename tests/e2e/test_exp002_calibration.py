@@ -40,7 +40,12 @@ EXPERIMENT = Path(__file__).resolve().parents[2] / "experiments" / "002-one-pool
 sys.path.insert(0, str(EXPERIMENT))
 from poolsim import metrics, sim, swf, workload  # noqa: E402
 
-pytestmark = pytest.mark.slurm
+# One Slurm version: the calibration measures the bridge's overheads for the simulator, and the
+# bridge's paths on both versions are the other e2e modules' business.
+pytestmark = [
+    pytest.mark.slurm,
+    pytest.mark.parametrize("slurm_cluster", ["22.05"], indirect=True, ids=["slurm-22.05"]),
+]
 
 JOBS = int(os.environ.get("K8S_BRIDGE_EXP002_JOBS", "4"))
 START_DAY = 10.0
