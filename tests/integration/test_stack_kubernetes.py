@@ -10,6 +10,7 @@ defaults the (unregistered) webhooks would set, as ../shared/reference/kueue-job
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -358,20 +359,8 @@ def fake_paths(tmp_path: Path, *, missing: str) -> StackPaths:
     """Paths where every binary is some executable except ``missing`` (so no other gap is hit first)."""
     stand_in = Path(sys.executable)
     crds = {name: tmp_path for name in ("kueue", "jobset", "kuberay")}
-    binaries = dict.fromkeys(
-        (
-            "kube_apiserver",
-            "etcd",
-            "kube_controller_manager",
-            "kube_scheduler",
-            "kueue",
-            "jobset",
-            "kwok",
-            "kuberay",
-            "helm",
-        ),
-        stand_in,
-    )
+    # Every binary field of StackPaths, whatever the build adds next.
+    binaries = dict.fromkeys((f.name for f in dataclasses.fields(StackPaths) if f.name != "crds"), stand_in)
     binaries[missing] = tmp_path / "nowhere" / missing.replace("_", "-")
     return StackPaths(crds=crds, **binaries)
 
