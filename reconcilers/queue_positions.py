@@ -36,6 +36,10 @@ MAX_AGE = 10.0
 """Seconds one LocalQueue's pending list is used for before it is read again."""
 MISSING_AGE = 1.0
 """Seconds after which a list that lacks the Workload asked for is read again (it may be new)."""
+READ_TIMEOUT = 5.0
+"""Seconds one read may take: it is made inside a reconcile, and a queue position is optional."""
+PAGE_LIMIT = 1000
+"""Kueue's ``pendingworkloads`` answers with at most this many (its default ``limit``)."""
 RETRY_UNSERVED = 300.0
 """Seconds before a cluster that did not serve the visibility API is asked again."""
 EXACT_UP_TO = 10
@@ -98,6 +102,8 @@ class QueuePositions:
         self._retry_unserved = retry_unserved
         self._clock = clock
         self._read: dict[tuple[str, str], tuple[float, dict[str, QueuePosition]]] = {}
+        self._failed: set[tuple[str, str]] = set()
+        """Queues whose last read failed: read again after ``max_age``, not sooner for a newcomer."""
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._unserved_until = 0.0
 
@@ -108,37 +114,66 @@ class QueuePositions:
         async with lock:
             now = self._clock()
             cached = self._read.get(key)
+            if cached is not None and workload not in cached[1] and len(cached[1]) >= PAGE_LIMIT:
+                # Kueue lists the first PAGE_LIMIT only: one missing from a full list stands further back.
+                return QueuePosition(in_cluster_queue=PAGE_LIMIT, in_local_queue=PAGE_LIMIT)
             # A Workload not in the list may have joined the queue since it was read: read again,
             # but at most once per MISSING_AGE seconds.
-            stale = cached is not None and workload not in cached[1] and now - cached[0] >= MISSING_AGE
+            stale = (
+                cached is not None
+                and key not in self._failed
+                and workload not in cached[1]
+                and now - cached[0] >= MISSING_AGE
+            )
             if cached is None or stale or now - cached[0] >= self._max_age:
                 if now < self._unserved_until:
                     return None
                 positions = await self._fetch(namespace, local_queue)
-                if positions is None:
-                    return None
+                if positions is None:  # this read failed: the last one stands, tried again later
+                    self._failed.add(key)
+                    self._read[key] = (self._clock(), cached[1] if cached is not None else {})
+                    return cached[1].get(workload) if cached is not None else None
+                self._failed.discard(key)
                 cached = (self._clock(), positions)
                 self._read[key] = cached
+                if workload not in positions and len(positions) >= PAGE_LIMIT:
+                    return QueuePosition(in_cluster_queue=PAGE_LIMIT, in_local_queue=PAGE_LIMIT)
             return cached[1].get(workload)
 
     async def _fetch(self, namespace: str, local_queue: str) -> dict[str, QueuePosition] | None:
+        """One LocalQueue's pending Workloads; None when they could not be read. The cluster not
+        serving the API at all (its group unknown, unavailable or forbidden) stops all reads for
+        ``retry_unserved``; any other failure is this queue's, for this read only."""
         try:
-            summary = await self._client.get(
-                VISIBILITY_API,
-                "localqueues",
-                local_queue,
-                namespace=namespace,
-                subresource="pendingworkloads",
-            )
+            async with asyncio.timeout(READ_TIMEOUT):
+                await self._client.resource(VISIBILITY_API, "localqueues")
         except (ApiError, aiohttp.ClientError, TimeoutError) as exc:
             self._unserved_until = self._clock() + self._retry_unserved
             self._read.clear()
             log.info(
                 "Kueue's visibility API is not served here: comments show no queue position",
+                error=str(exc),
+                retry_in=self._retry_unserved,
+            )
+            return None
+        try:
+            async with asyncio.timeout(READ_TIMEOUT):
+                summary = await self._client.get(
+                    VISIBILITY_API,
+                    "localqueues",
+                    local_queue,
+                    namespace=namespace,
+                    subresource="pendingworkloads",
+                )
+        except (ApiError, aiohttp.ClientError, TimeoutError) as exc:
+            if isinstance(exc, ApiError) and exc.status in (403, 503):
+                self._unserved_until = self._clock() + self._retry_unserved
+                self._read.clear()
+            log.info(
+                "cannot read a LocalQueue's pending Workloads",
                 namespace=namespace,
                 local_queue=local_queue,
                 error=str(exc),
-                retry_in=self._retry_unserved,
             )
             return None
         return parse_pending(summary)

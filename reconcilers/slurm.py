@@ -198,12 +198,19 @@ RELEASE_PRIORITY = 10
 wait behind the ordinary reconciles queued at 0 (cleanups of ending jobs, creations)."""
 WAIT_FOR_SLURM = 1.0
 """Seconds between looks while Slurm carries out a requeue-hold (COMPLETING -> PENDING held)."""
+WAIT_FOR_COLLECTION = 10.0
+"""Seconds between looks while a deleted JobSet's Jobs are not collected yet, before a new JobSet of
+the job is made (their deletion reconciles the job too)."""
 WAIT_FOR_BEGIN = 60.0
 """Longest wait between looks at a job that is not bridged until a time (its begin time, a retry)."""
 WAIT_FOR_DEPENDENCY = 30.0
-WAIT_FOR_RESERVATION = 15.0
-WAIT_FOR_POSITION = 60.0
 """Seconds between looks at a job waiting for a dependency on a job outside the bridged partitions."""
+WAIT_FOR_RESERVATION = 15.0
+"""Seconds between looks at a job waiting for its reservation: a reservation changes (starts, is
+updated or deleted) without its jobs changing."""
+WAIT_FOR_POSITION = 60.0
+"""Seconds between looks at a job waiting in Kueue while Kueue serves queue positions: they move with
+admissions ahead, with no event on this job's Workload."""
 WAIT_FOR_SLOT = 10.0
 """Seconds between looks while ``limits.maxBridgedJobs`` JobSets exist."""
 SLURM_RETRY = 5.0
@@ -542,6 +549,10 @@ class Observed:
     """``status.completedIndexes`` of the JobSet's Job: slurmd pods that ended with 0 (a slurmd that
     Slurm itself stopped, or one of an older bridge, whose slurmd exited 0 on SIGTERM), which the Job
     never replaces. Kept by the Job after the pod itself is gone."""
+    stale_child_jobs: int = 0
+    """Jobs of the job's key that no current JobSet owns: a deleted JobSet's, not collected yet. JobSet
+    adopts child Jobs by the owner's name, so a JobSet made again under that name before they go
+    would take them (their old shape) for its own."""
     failed_pods: int = 0
     """``status.failed`` of the JobSet's Job: slurmd pods that failed or were deleted before they ended
     (a crash restarts in place and is not counted). The Job replaces such a pod under the same node
@@ -1053,6 +1064,13 @@ def _decide_unbridged(o: Observed, job: SlurmJob) -> Decision:
             phase=Phase.WAITING,
             why=f"not bridged: {reason}",
         )
+    if o.stale_child_jobs:
+        # Their deletion reconciles the job (the Job informer); the look again is a safety net.
+        return Decision(
+            requeue_after=WAIT_FOR_COLLECTION,
+            phase=Phase.HELD,
+            why=f"{o.stale_child_jobs} Job(s) of its previous JobSet not collected yet: no new one before",
+        )
     if o.max_bridged_jobs is not None and o.bridged_jobs >= o.max_bridged_jobs:
         return Decision(
             requeue_after=WAIT_FOR_SLOT,
@@ -1451,9 +1469,8 @@ class SlurmObserver:
         raw_js = self._jobset_of(key)
         view = describe_jobset(raw_js) if raw_js is not None else None
         # Only this JobSet's Jobs: those of a deleted predecessor may linger until collected.
-        child_jobs = [
-            j for j in self.child_jobs.by_index(INDEX_JOB, key) if view is not None and _owned_by(j, view.uid)
-        ]
+        all_child_jobs = self.child_jobs.by_index(INDEX_JOB, key)
+        child_jobs = [j for j in all_child_jobs if view is not None and _owned_by(j, view.uid)]
         workload = None
         jobset_nodes: tuple[str, ...] = ()
         feature = shape = ""
@@ -1487,6 +1504,7 @@ class SlurmObserver:
             pods=PodsView.of(self.pods.by_index(INDEX_JOB, key)),
             completed_indexes=_completed_indexes(child_jobs),
             failed_pods=_failed_pods(child_jobs),
+            stale_child_jobs=len(all_child_jobs) - len(child_jobs),
             bridged_jobs=self._bridged_jobs(cluster)
             if slurm is not None and slurm.limits.max_bridged_jobs
             else 0,

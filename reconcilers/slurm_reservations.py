@@ -25,7 +25,9 @@ __all__ = ["MAX_AGE", "ReservationCache"]
 log = structlog.get_logger(__name__)
 
 MAX_AGE = 10.0
-"""Seconds a listing is used for before it is read again."""
+"""Seconds a listing (or a failure to list) is used for before slurmctld is asked again."""
+READ_TIMEOUT = 5.0
+"""Seconds the listing may take: it is made inside a reconcile."""
 
 
 class ReservationCache:
@@ -51,11 +53,14 @@ class ReservationCache:
         none was ever read (a reservation is then not a reason to wait: Slurm's own pending reason
         still gives the capacity back once released)."""
         async with self._lock:
-            if self._listed is not None and self._clock() - self._listed_at < self._max_age:
+            if self._listed_at and self._clock() - self._listed_at < self._max_age:
                 return self._listed
             try:
-                listed = await self._list()
-            except SlurmError as exc:
+                async with asyncio.timeout(READ_TIMEOUT):
+                    listed = await self._list()
+            except (SlurmError, TimeoutError) as exc:
+                # Tried again after max_age, not by every reconcile meanwhile.
+                self._listed_at = self._clock()
                 log.warning("cannot list Slurm reservations; using the last listing", error=str(exc))
                 return self._listed
             self._listed = MappingProxyType({r.name: r for r in listed})

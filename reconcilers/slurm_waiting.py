@@ -233,9 +233,11 @@ def blocked_reason(
     A requeued job's begin time that is Slurm's own delay is not a reason: the release sets it to now.
     """
     if job.reservation and reservations is not None:
-        reason = reservation_reason(job.reservation, reservations.get(job.reservation), now=now)
-        if reason is not None:
-            return reason
+        # `--reservation=a,b`: the job may run in any one of them; it waits only when none serves.
+        names = [name for name in job.reservation.split(",") if name]
+        reasons = [reservation_reason(name, reservations.get(name), now=now) for name in names]
+        if reasons and all(reason is not None for reason in reasons):
+            return "; ".join(reason for reason in reasons if reason is not None)
     if job.dependency:
         shown = ascii(job.dependency)[1:-1][:120]
         verdict = (

@@ -125,7 +125,7 @@ class BridgeProgram(abc.ABC):
             self.manager.stop()
 
     async def run(self) -> None:
-        session = await Session.load(config_file=self.settings.kubeconfig)
+        session = await Session.load(config_file=self.settings.kubeconfig, registry=self.registry)
         try:
             await self._run(Client(session))
         finally:

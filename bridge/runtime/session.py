@@ -76,7 +76,11 @@ class Session:
 
     @classmethod
     async def load(
-        cls, *, config_file: str | os.PathLike[str] | None = None, context: str | None = None
+        cls,
+        *,
+        config_file: str | os.PathLike[str] | None = None,
+        context: str | None = None,
+        registry: CollectorRegistry = REGISTRY,
     ) -> Session:
         """kubeconfig when one is given or found (``$KUBECONFIG``, ``~/.kube/config``), else in-cluster."""
         configuration = Configuration()
@@ -92,14 +96,22 @@ class Session:
                 client_configuration=configuration,
                 persist_config=False,
             )
-        return cls.from_configuration(configuration, loader=loader)
+        return cls.from_configuration(configuration, loader=loader, registry=registry)
 
     @classmethod
-    def from_configuration(cls, configuration: Configuration, *, loader: Any = None) -> Session:
+    def from_configuration(
+        cls, configuration: Configuration, *, loader: Any = None, registry: CollectorRegistry = REGISTRY
+    ) -> Session:
         """Build from a loaded kubernetes-asyncio ``Configuration`` (and its kubeconfig loader, if any)."""
         host = str(configuration.host)
         ssl_context = ssl_context_from(configuration) if host.startswith("https:") else None
-        return cls(base_url=host, ssl_context=ssl_context, configuration=configuration, loader=loader)
+        return cls(
+            base_url=host,
+            ssl_context=ssl_context,
+            configuration=configuration,
+            loader=loader,
+            registry=registry,
+        )
 
     # --- credentials ------------------------------------------------------------------------------
 

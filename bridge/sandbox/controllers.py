@@ -370,9 +370,11 @@ class Controllers:
 
     def _register_kueue_visibility(self) -> None:
         """Make Kueue's visibility server an aggregated API of this stack's API server, and wait until
-        the API server reaches it. The Service is an ExternalName one (``localhost``): the aggregator
-        resolves it to the host and port directly, where an Endpoint may not hold a loopback address.
-        The server's certificate is self-signed (as Kueue's own manifests have it: TLS not verified)."""
+        the API server reaches it. A selector-less Service and an EndpointSlice lead to the server on
+        the host's own address (an EndpointSlice may not hold a loopback one; the aggregator's
+        endpoint routing does not take an ExternalName Service). That address is reachable from the
+        host's network too, where only delegated authentication guards it: a sandbox's trade-off. The
+        server's certificate is self-signed (as Kueue's own manifests have it: TLS not verified)."""
         client = self.control_plane.client
         port = self.ports["kueue-visibility"]
         address = self.visibility_address

@@ -140,8 +140,14 @@ class SecretToken:
             expires = jwt_expiry(token)
             if expires is not None:
                 keep = min(keep, expires - self._wall_clock() - self._margin)
-            self._cached = (where, now + max(keep, 0.0), token)
+            # At least a few seconds, even for a token near (or past) its expiry: else every request
+            # would read the Secret again, one at a time behind the lock, until it is renewed.
+            self._cached = (where, now + max(keep, _MIN_KEEP), token)
             return token
+
+
+_MIN_KEEP = 5.0
+"""Seconds a token read from its Secret is used for at the least."""
 
 
 def jwt_expiry(token: str) -> float | None:

@@ -12,7 +12,13 @@ import pytest
 from bridge.admission import WorkloadState
 from bridge.runtime.client import Client
 from bridge.runtime.errors import ApiError
-from reconcilers.queue_positions import QueuePosition, QueuePositions, parse_pending, position_text
+from reconcilers.queue_positions import (
+    PAGE_LIMIT,
+    QueuePosition,
+    QueuePositions,
+    parse_pending,
+    position_text,
+)
 from reconcilers.slurm import WAIT_FOR_POSITION, decide
 from tests.fixtures.slurm_decisions import job, jobset, kinds, observe, workload
 
@@ -63,7 +69,13 @@ class FakeVisibility:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str | None, str | None]] = []
         self.fail: ApiError | None = None
+        self.unserved: ApiError | None = None
         self.body = summary(("wl-a", 4, 2))
+
+    async def resource(self, api_version: str, kind: str) -> object:
+        if self.unserved is not None:
+            raise self.unserved
+        return object()
 
     async def get(
         self,
@@ -121,12 +133,12 @@ async def test_a_workload_missing_from_the_list_has_it_read_again_after_a_second
 
 async def test_a_cluster_without_the_visibility_api_is_asked_again_only_much_later() -> None:
     api, clock = FakeVisibility(), Clock()
-    api.fail = ApiError(404, "NotFound", "the server could not find the requested resource")
+    api.unserved = ApiError(404, "NotFound", "the server could not find the requested resource")
     positions = QueuePositions(client=cast(Client, api), retry_unserved=300.0, clock=clock)
-    for _ in range(3):
-        assert await positions.position(namespace="hpc", local_queue="q", workload="wl-a") is None
-    assert len(api.calls) == 1
-    api.fail = None
+    for queue in ("q", "q", "other"):
+        assert await positions.position(namespace="hpc", local_queue=queue, workload="wl-a") is None
+    assert api.calls == []  # asked once (discovery), then not for 300 s
+    api.unserved = None
     clock.now = 301.0
     assert await positions.position(namespace="hpc", local_queue="q", workload="wl-a") is not None
 
@@ -147,3 +159,33 @@ def test_the_waiting_comment_leads_with_the_place_and_the_job_is_looked_at_again
     unplaced = decide(observe(job(), js=jobset(), wl=pending))
     assert kinds(unplaced).count("write_comment") == 1
     assert unplaced.requeue_after is None  # nothing moves without an event on its Workload
+
+
+async def test_one_local_queue_failing_keeps_the_others_and_its_last_positions() -> None:
+    """A LocalQueue without a ClusterQueue answers 404, a busy server 429: that queue's read only."""
+    api, clock = FakeVisibility(), Clock()
+    positions = QueuePositions(client=cast(Client, api), max_age=10.0, clock=clock)
+    first = await positions.position(namespace="hpc", local_queue="q", workload="wl-a")
+    assert first is not None
+    api.fail = ApiError(429, "TooManyRequests", "slow down")
+    clock.now = 10.0
+    assert await positions.position(namespace="hpc", local_queue="q", workload="wl-a") == first
+    assert await positions.position(namespace="hpc", local_queue="other", workload="wl-a") is None
+    api.fail = None
+    clock.now = 15.0  # a queue whose read failed is not read again each second for a newcomer
+    assert await positions.position(namespace="hpc", local_queue="other", workload="wl-b") is None
+    assert len(api.calls) == 3
+    clock.now = 20.0
+    assert await positions.position(namespace="hpc", local_queue="other", workload="wl-a") == first
+
+
+async def test_a_workload_missing_from_a_full_list_stands_beyond_it_without_a_read_each_second() -> None:
+    api, clock = FakeVisibility(), Clock()
+    api.body = summary(*((f"wl-{i}", i, i) for i in range(PAGE_LIMIT)))
+    positions = QueuePositions(client=cast(Client, api), clock=clock)
+    for step in range(5):
+        clock.now = float(step) * 2
+        far = await positions.position(namespace="hpc", local_queue="q", workload="wl-far")
+        assert far is not None
+        assert position_text(far) == "beyond the 1000th in its ClusterQueue"
+    assert len(api.calls) == 1

@@ -571,6 +571,19 @@ async def test_a_job_whose_reservation_has_not_started_is_not_bridged_until_it_h
     assert "its reservation r1 starts at" in str(comment)
 
 
+async def test_no_new_jobset_while_the_previous_ones_jobs_are_not_collected() -> None:
+    """JobSet adopts child Jobs by its name: a JobSet made again before the old Job is collected
+    would run the old Job (its old shape) as its own."""
+    w = World(held())
+    w.child_jobs.put(child_job(owner_uid="old-js-uid", failed=0))
+    result = await w.reconcile()
+    assert not [c for c in w.kube.calls if c[0] == "create"]
+    assert result.requeue_after is not None
+    w.child_jobs.pop(w.child_jobs.key_of(child_job(owner_uid="old-js-uid", failed=0)))
+    await w.reconcile()
+    assert [c[:2] for c in w.kube.calls if c[0] == "create"] == [("create", "JobSet")]
+
+
 def user_held_with_its_jobset() -> World:
     """sbatch's user hold, the JobSet made, the Workload waiting for quota."""
     w = World(held(state_reason="JobHeldUser", admin_comment=""))

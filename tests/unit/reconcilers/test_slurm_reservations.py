@@ -54,7 +54,10 @@ async def test_slurmrestd_down_keeps_the_last_listing_and_none_before_any() -> N
     cache = ReservationCache(list_reservations=lister, clock=clock)
     lister.fail = True
     assert await cache.get() is None
+    assert await cache.get() is None
+    assert lister.calls == 1  # a failure stands for max_age too: not one call per reconcile
     lister.fail = False
+    clock.now += 10.0
     assert await cache.get() is not None
     lister.fail = True
     clock.now += 60.0

@@ -519,3 +519,15 @@ def test_a_reservation_nobody_could_list_is_no_reason_to_wait() -> None:
 
 def test_a_reservation_name_is_shown_escaped() -> None:
     assert reservation_reason("r\n1", None, now=NOW) == "its reservation r\\n1 does not exist"
+
+
+def test_a_job_in_several_reservations_waits_only_while_none_serves_it() -> None:
+    """sbatch takes a comma-separated list: Slurm runs the job in whichever one can."""
+    later = reservation("r2", start_time=T0 + timedelta(hours=2))
+    both = job(reservation="r1,r2")
+    assert kinds(decide(observe(both, now=NOW, reservations={"r1": reservation(), "r2": later}))) == [
+        "create_jobset"
+    ]
+    d = decide(observe(both, now=NOW, reservations={"r2": later}))
+    assert kinds(d) == ["write_comment"]
+    assert "its reservation r1 does not exist; its reservation r2 starts at" in d.why
