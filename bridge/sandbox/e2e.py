@@ -503,6 +503,21 @@ class E2EStack:
 
     # ---- lifecycle ---------------------------------------------------------------------------------
 
+    def _apply_kueue_object(self, collection: str, manifest: dict[str, Any]) -> None:
+        """Apply one of :meth:`kueue_objects`. A LocalQueue's ClusterQueue cannot change: one left by
+        an earlier stack of another pool on the same API server is replaced."""
+        try:
+            self.client.apply(collection, manifest)
+        except ApiError as error:
+            if manifest["kind"] != "LocalQueue" or error.status != 422:
+                raise
+            path = f"{collection}/{manifest['metadata']['name']}"
+            self.client.delete(path)
+            deadline = time.monotonic() + 30.0
+            while self.client.exists(path) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            self.client.apply(collection, manifest)
+
     def start(self) -> Self:
         began = time.monotonic()
         try:
@@ -513,7 +528,7 @@ class E2EStack:
             self._start_runner()
             self.kwok_node_names = self._create_kwok_nodes()
             for collection, manifest in self.kueue_objects():
-                self.client.apply(collection, manifest)
+                self._apply_kueue_object(collection, manifest)
             self._wait_cluster_queue_active()
             self.refresh_token()
             if self.mixing:
