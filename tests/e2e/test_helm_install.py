@@ -53,6 +53,7 @@ from bridge.sandbox.slurm import SlurmCluster
 from bridge.sandbox.stack import KubeStack
 from bridge.slurm.permissions import RULES as SLURM_RULES
 from tests.fixtures.e2e import scancel
+from tests.fixtures.slurm import started_cluster
 from translators.ray import FINALIZER as RAY_FINALIZER
 from translators.slurm import FINALIZER as SLURM_FINALIZER
 
@@ -130,15 +131,7 @@ def kube_stack() -> Iterator[KubeStack]:
 
 @pytest.fixture(scope="module")
 def slurm_cluster() -> Iterator[SlurmCluster]:
-    cluster = SlurmCluster(version="22.05")
-    try:
-        cluster.start()
-    except StackError as failed:
-        pytest.fail(f"Slurm 22.05 did not start: {failed}", pytrace=False)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    yield from started_cluster("22.05")
 
 
 @pytest.fixture(scope="module")

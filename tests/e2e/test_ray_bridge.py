@@ -36,6 +36,7 @@ from tests.fixtures.observability import (
     panel_problems,
     rule_problems,
 )
+from tests.fixtures.slurm import started_cluster
 
 pytestmark = pytest.mark.ray
 
@@ -51,15 +52,7 @@ DRIVER = (
 @pytest.fixture(scope="module")
 def slurm_cluster() -> Iterator[SlurmCluster]:
     """The pool's Slurm side, 22.05 only for this module (see the module docstring)."""
-    cluster = SlurmCluster(version="22.05")
-    try:
-        cluster.start()
-    except StackError as failed:
-        pytest.fail(f"Slurm 22.05 did not start: {failed}", pytrace=False)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    yield from started_cluster("22.05")
 
 
 @pytest.fixture(scope="module")

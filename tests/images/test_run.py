@@ -26,6 +26,7 @@ from bridge.sandbox.processes import StackError, free_port
 from bridge.sandbox.slurm import SlurmCluster
 from bridge.sandbox.stack import KubeStack
 from tests.fixtures.images import Built, Podman
+from tests.fixtures.slurm import started_cluster
 
 READY_TIMEOUT = 240.0
 NAMES = ["k8s-bridge", "ray-bridge"]
@@ -50,15 +51,7 @@ def test_help_runs_as_nobody(built_images: dict[str, Built], podman: Podman, nam
 @pytest.fixture(scope="module")
 def slurm_cluster() -> Iterator[SlurmCluster]:
     """Slurm 22.05, the release of the image's own scontrol."""
-    cluster = SlurmCluster(version="22.05")
-    try:
-        cluster.start()
-    except StackError as failed:
-        pytest.fail(f"Slurm 22.05 did not start: {failed}", pytrace=False)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    yield from started_cluster("22.05")
 
 
 @pytest.fixture(scope="module")

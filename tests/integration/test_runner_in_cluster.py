@@ -37,6 +37,7 @@ from bridge.sandbox.processes import StackError
 from bridge.sandbox.runner import ProcessRunner
 from bridge.sandbox.slurm import SlurmCluster
 from bridge.sandbox.stack import KubeStack
+from tests.fixtures.slurm import started_cluster
 
 TAINT = {"key": "k8s-bridge.io/runner-test", "value": "true", "effect": "NoSchedule"}
 TOLERATION = {"key": TAINT["key"], "operator": "Equal", "value": "true", "effect": "NoSchedule"}
@@ -441,15 +442,7 @@ async def test_a_webhook_served_by_a_runner_pod_behind_a_service_is_called_by_th
 
 @pytest.fixture(scope="module")
 def slurm() -> Iterator[SlurmCluster]:
-    cluster = SlurmCluster(version="22.05")
-    try:
-        cluster.start()
-    except StackError as failed:
-        pytest.fail(f"Slurm 22.05 did not start: {failed}", pytrace=False)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    yield from started_cluster("22.05")
 
 
 REST_PROGRAM = """
