@@ -75,7 +75,6 @@ from bridge.sandbox.build import MissingPrerequisiteError
 from bridge.sandbox.e2e import JOBSETS, BridgeProcess, E2ESettings, E2EStack
 from bridge.sandbox.processes import StackError
 from bridge.sandbox.slurm import BRIDGE_PARTITION, VERSIONS, SlurmCluster, SlurmVersion
-from bridge.sandbox.slurm_root import RootBuildError
 from bridge.sandbox.stack import KubeStack
 from tests.bench.bench_support import (
     BridgeProbe,
@@ -94,6 +93,7 @@ from tests.bench.bench_support import (
     wait,
     write_result,
 )
+from tests.fixtures.slurm import started_cluster
 from translators.slurm import LABEL_CLUSTER, LABEL_JOB_ID, jobset_name
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(5400)]
@@ -128,16 +128,7 @@ def bench_slurm(request: pytest.FixtureRequest) -> Iterator[SlurmCluster]:
     cluster = SlurmCluster(version=version, max_nodes=max(64, RELEASE_JOBS + 16))
     if SCHEDULER_PARAMETERS is not None:
         cluster.scheduler_parameters = SCHEDULER_PARAMETERS
-    try:
-        cluster.start()
-    except (MissingPrerequisiteError, RootBuildError) as missing:
-        pytest.fail(f"Slurm {version}: missing prerequisite: {missing}", pytrace=False)
-    except StackError as failed:
-        pytest.fail(f"Slurm {version} did not start: {failed}", pytrace=False)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    yield from started_cluster(cluster)
 
 
 class BenchStack(E2EStack):

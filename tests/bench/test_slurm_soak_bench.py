@@ -44,11 +44,9 @@ from typing import Any
 
 import pytest
 
-from bridge.sandbox.build import MissingPrerequisiteError
 from bridge.sandbox.e2e import E2ESettings
 from bridge.sandbox.processes import StackError
 from bridge.sandbox.slurm import BRIDGE_PARTITION, VERSIONS, SlurmCluster, SlurmVersion
-from bridge.sandbox.slurm_root import RootBuildError
 from bridge.sandbox.stack import KubeStack
 from tests.bench.bench_support import (
     HTTP_COUNT,
@@ -76,6 +74,7 @@ from tests.bench.test_slurm_bridge_bench import (
     submit_many,
     wait_bridge,
 )
+from tests.fixtures.slurm import started_cluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(7200)]
 
@@ -98,16 +97,7 @@ ACTIVE_STATES = "PENDING,RUNNING,CONFIGURING,COMPLETING,SUSPENDED,REQUEUED,RESIZ
 def soak_slurm(request: pytest.FixtureRequest) -> Iterator[SlurmCluster]:
     version: SlurmVersion = request.param
     cluster = SlurmCluster(version=version, max_nodes=max(64, 4 * RUNNING + 16))
-    try:
-        cluster.start()
-    except (MissingPrerequisiteError, RootBuildError) as missing:
-        pytest.fail(f"Slurm {version}: missing prerequisite: {missing}", pytrace=False)
-    except StackError as failed:
-        pytest.fail(f"Slurm {version} did not start: {failed}", pytrace=False)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    yield from started_cluster(cluster)
 
 
 # --- reading the processes -------------------------------------------------------------------------

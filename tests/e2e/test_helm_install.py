@@ -131,7 +131,7 @@ def kube_stack() -> Iterator[KubeStack]:
 
 @pytest.fixture(scope="module")
 def slurm_cluster() -> Iterator[SlurmCluster]:
-    yield from started_cluster("22.05")
+    yield from started_cluster(SlurmCluster(version="22.05"))
 
 
 @pytest.fixture(scope="module")

@@ -52,7 +52,7 @@ DRIVER = (
 @pytest.fixture(scope="module")
 def slurm_cluster() -> Iterator[SlurmCluster]:
     """The pool's Slurm side, 22.05 only for this module (see the module docstring)."""
-    yield from started_cluster("22.05")
+    yield from started_cluster(SlurmCluster(version="22.05"))
 
 
 @pytest.fixture(scope="module")

@@ -51,7 +51,7 @@ def test_help_runs_as_nobody(built_images: dict[str, Built], podman: Podman, nam
 @pytest.fixture(scope="module")
 def slurm_cluster() -> Iterator[SlurmCluster]:
     """Slurm 22.05, the release of the image's own scontrol."""
-    yield from started_cluster("22.05")
+    yield from started_cluster(SlurmCluster(version="22.05"))
 
 
 @pytest.fixture(scope="module")

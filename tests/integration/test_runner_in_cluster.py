@@ -442,7 +442,7 @@ async def test_a_webhook_served_by_a_runner_pod_behind_a_service_is_called_by_th
 
 @pytest.fixture(scope="module")
 def slurm() -> Iterator[SlurmCluster]:
-    yield from started_cluster("22.05")
+    yield from started_cluster(SlurmCluster(version="22.05"))
 
 
 REST_PROGRAM = """
