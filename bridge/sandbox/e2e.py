@@ -9,7 +9,8 @@ would wire them, and the wiring is the same for every e2e test, the demo and the
   and tainted for one ResourceFlavor, so only Kueue-admitted pods of that flavor land there; kwok nodes
   beside them for Kubernetes workloads that need no process;
 - Kueue objects: the ResourceFlavor (nodeLabels select the runner nodes, tolerations pass the taint),
-  a ClusterQueue with a small quota and in-queue preemption, the LocalQueue the bridged JobSets go to,
+  a ClusterQueue with a small quota and in-queue preemption (in a cohort when the settings name one),
+  the LocalQueue the bridged JobSets go to,
   and two WorkloadPriorityClasses (Slurm's, and a higher one for urgent Kubernetes work);
 - the JWT Secret (a SlurmUser token from ``scontrol token``) and a WorkloadMixing pointing at the real
   slurmrestd and slurmctld, whose slurmd pod command is :mod:`bridge.sandbox.slurmd_pod` for this
@@ -54,6 +55,7 @@ __all__ = [
     "E2ESettings",
     "E2EStack",
     "bridge_node_names",
+    "cluster_queue_object",
     "local_queue_object",
     "priority_class_object",
     "processes_of_cluster",
@@ -76,6 +78,52 @@ def local_queue_object(name: str, *, namespace: str, cluster_queue: str) -> tupl
         "spec": {"clusterQueue": cluster_queue},
     }
     return f"{KUEUE}/namespaces/{namespace}/localqueues", manifest
+
+
+def cluster_queue_object(
+    name: str,
+    *,
+    flavor: str,
+    cpu: str,
+    memory: str,
+    cohort: str | None = None,
+    preemption: Mapping[str, Any] | None = None,
+    weight: str | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """(collection path, manifest) of a Kueue ClusterQueue with ``cpu`` and ``memory`` of nominal
+    quota in one flavor, open to every namespace. ``cohort``: its ``spec.cohortName`` (it borrows the
+    idle quota of the cohort's other queues and lends its own); ``preemption``: its policy (default:
+    in-queue preemption of lower priorities); ``weight``: its ``fairSharing.weight`` (used when Kueue's
+    fair sharing is on)."""
+    spec: dict[str, Any] = {
+        "namespaceSelector": {},
+        "resourceGroups": [
+            {
+                "coveredResources": ["cpu", "memory"],
+                "flavors": [
+                    {
+                        "name": flavor,
+                        "resources": [
+                            {"name": "cpu", "nominalQuota": cpu},
+                            {"name": "memory", "nominalQuota": memory},
+                        ],
+                    }
+                ],
+            }
+        ],
+        "preemption": dict(preemption or {"withinClusterQueue": "LowerPriority"}),
+    }
+    if cohort is not None:
+        spec["cohortName"] = cohort
+    if weight is not None:
+        spec["fairSharing"] = {"weight": weight}
+    manifest = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+    return f"{KUEUE}/clusterqueues", manifest
 
 
 def priority_class_object(name: str, *, value: int) -> tuple[str, dict[str, Any]]:
@@ -101,6 +149,10 @@ class E2ESettings:
     kwok_nodes: int = 2
     quota_cpu: str = "2"
     quota_memory: str = "2Gi"
+    cohort: str | None = None
+    """Kueue cohort of the ClusterQueue (``spec.cohortName``); None: in none, it uses its own quota only."""
+    fair_sharing_weight: str | None = None
+    """The ClusterQueue's ``fairSharing.weight``; None: Kueue's default (1)."""
     namespace: str = "slurm"
     """Namespace of the LocalQueue, hence of the bridged JobSets and their pods."""
     bridge_namespace: str = "k8s-bridge"
@@ -423,31 +475,13 @@ class E2EStack:
                     },
                 },
             ),
-            (
-                f"{KUEUE}/clusterqueues",
-                {
-                    "apiVersion": "kueue.x-k8s.io/v1beta2",
-                    "kind": "ClusterQueue",
-                    "metadata": {"name": s.cluster_queue},
-                    "spec": {
-                        "namespaceSelector": {},
-                        "resourceGroups": [
-                            {
-                                "coveredResources": ["cpu", "memory"],
-                                "flavors": [
-                                    {
-                                        "name": s.flavor,
-                                        "resources": [
-                                            {"name": "cpu", "nominalQuota": s.quota_cpu},
-                                            {"name": "memory", "nominalQuota": s.quota_memory},
-                                        ],
-                                    }
-                                ],
-                            }
-                        ],
-                        "preemption": {"withinClusterQueue": "LowerPriority"},
-                    },
-                },
+            cluster_queue_object(
+                s.cluster_queue,
+                flavor=s.flavor,
+                cpu=s.quota_cpu,
+                memory=s.quota_memory,
+                cohort=s.cohort,
+                weight=s.fair_sharing_weight,
             ),
             local_queue_object(s.local_queue, namespace=s.namespace, cluster_queue=s.cluster_queue),
             *(
@@ -468,17 +502,20 @@ class E2EStack:
         memory: str = "64Mi",
         priority: str | None = None,
         parallelism: int = 1,
+        queue: tuple[str, str] | None = None,
     ) -> dict[str, Any]:
-        """A suspended batch/v1 Job in the LocalQueue (Kueue's webhook is not there to suspend it)."""
+        """A suspended batch/v1 Job in the LocalQueue (Kueue's webhook is not there to suspend it);
+        ``queue``: (namespace, LocalQueue) of another team's queue instead of the bridge's."""
         s = self.settings
-        labels = {"kueue.x-k8s.io/queue-name": s.local_queue}
+        namespace, local_queue = queue or (s.namespace, s.local_queue)
+        labels = {"kueue.x-k8s.io/queue-name": local_queue}
         if priority is not None:
             labels["kueue.x-k8s.io/priority-class"] = priority
         resources = {"cpu": cpu, "memory": memory}
         return {
             "apiVersion": "batch/v1",
             "kind": "Job",
-            "metadata": {"name": name, "namespace": s.namespace, "labels": labels},
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
             "spec": {
                 "suspend": True,
                 "parallelism": parallelism,
