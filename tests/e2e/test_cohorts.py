@@ -3,8 +3,8 @@
 The promise is that Kueue's quota rules apply to Slurm work exactly as to Kubernetes work, because
 Kueue admits both. Here the bridge's ClusterQueue has no quota of its own (0 CPU, 0 memory) and shares
 a cohort with a Kubernetes team's ClusterQueue (``reclaimWithinCohort: Any``) that holds the quota.
-The claims, each on the real stack (Kueue with fair sharing on, JobSet, Slurm 22.05, slurmd pods
-that really run):
+The claims, each on the real stack (Kueue, JobSet, Slurm 22.05, slurmd pods that really run), and
+each twice: with Kueue's fair sharing on and off (its preemption takes other paths):
 
 - a 2-node Slurm job borrows the team's idle quota and runs; when the team's batch/v1 Job asks for
   its nominal quota, Kueue reclaims it (a cohort preemption, although the Slurm job's priority is
@@ -12,18 +12,21 @@ that really run):
   and once the team's Job is done it runs again and completes on exactly its nodes ``b<id>-0/1``;
 - with a third ClusterQueue lending all the quota and several jobs queued on both sides, the
   admitted quota follows the ClusterQueues' ``fairSharing.weight`` (2 for Slurm, 1 for the team):
-  4 CPUs to 2 of 6, measured and printed. Without fair sharing Kueue would admit by priority (the
-  Slurm jobs' is higher) and give all 6 to Slurm.
+  4 CPUs to 2 of 6, although the team's Jobs are older and of a higher priority; without
+  ``fairSharing`` in Kueue's configuration the same queues end at 2 to 4 (Kueue orders the
+  borrowers by priority). Both measured in the same run and printed.
 
-The module owns its Kubernetes stack (fair sharing is a Kueue configuration) and its Slurm cluster.
+The module owns its Kubernetes stacks (fair sharing is a Kueue configuration: one stack with it,
+then one without) and its Slurm cluster.
 Leaks are checked after every test in the bridge's namespace (the ``e2e`` fixture) and the team's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import shlex
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -40,6 +43,7 @@ from bridge.sandbox.e2e import (
     E2EStack,
     cluster_queue_object,
     local_queue_object,
+    wait_for,
 )
 from bridge.sandbox.processes import StackError
 from bridge.sandbox.slurm import SlurmCluster
@@ -53,6 +57,7 @@ from tests.fixtures.e2e import (
     finished,
     job_output,
     jobset,
+    scancel,
     stack_summary,
     task_nodes,
     wait_job,
@@ -77,16 +82,23 @@ TEAM_CPU, TEAM_MEMORY = "2", "2Gi"
 """The team's nominal quota: exactly one 2 x 1-CPU Slurm job's worth, idle until the team needs it."""
 LENDER = "e2e-lender"
 LENT_CPU = 6
-COHORT_PREEMPTION = ("InCohortReclamation", "InCohortFairSharing")
-"""The Workload ``Preempted`` reasons of a preemption across the cohort (which one depends on the
-fair-sharing strategy Kueue applies), as opposed to ``InClusterQueue`` (priority)."""
+RECLAIM_REASON = "InCohortReclamation"
+"""The Workload's ``Preempted`` reason when a ClusterQueue takes back its lent quota (with fair sharing
+on, too: the reclaiming queue stays within its nominal quota), as opposed to ``InClusterQueue``
+(priority) or ``InCohortFairSharing`` (shares)."""
 TEAM_JOBS = f"/apis/batch/v1/namespaces/{TEAM_NAMESPACE}/jobs"
 
 
+@pytest.fixture(scope="module", params=[True, False], ids=["fair-sharing", "no-fair-sharing"])
+def fair_sharing(request: pytest.FixtureRequest) -> bool:
+    """Whether Kueue's fair sharing is on: the module runs once with it and once without."""
+    return bool(request.param)
+
+
 @pytest.fixture(scope="module")
-def kube_stack() -> Iterator[KubeStack]:
-    """This module's own Kubernetes stack: Kueue with fair sharing on."""
-    stack = KubeStack(kueue_config={"fairSharing": FAIR_SHARING})
+def kube_stack(fair_sharing: bool) -> Iterator[KubeStack]:
+    """This module's own Kubernetes stack: Kueue with fair sharing on or off."""
+    stack = KubeStack(kueue_config={"fairSharing": FAIR_SHARING} if fair_sharing else {})
     try:
         stack.start()
     except MissingPrerequisiteError as missing:
@@ -143,18 +155,7 @@ def team_cluster_queue(stack: E2EStack, *, cpu: str = TEAM_CPU, memory: str = TE
 def apply_cluster_queue(stack: E2EStack, manifest: dict[str, Any]) -> None:
     stack.client.apply(f"{KUEUE}/clusterqueues", manifest)
     name = manifest["metadata"]["name"]
-    eventually_sync(
-        lambda: cluster_queue_active(stack, name), timeout=60, what=f"ClusterQueue {name} to be Active"
-    )
-
-
-def eventually_sync(predicate: Callable[[], Any], *, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise StackError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.3)
-    return value
+    wait_for(lambda: cluster_queue_active(stack, name), timeout=60, what=f"ClusterQueue {name} to be Active")
 
 
 def cluster_queue_active(stack: E2EStack, name: str) -> bool:
@@ -174,9 +175,9 @@ def team_queue(e2e_stack: E2EStack) -> Iterator[str]:
     try:
         yield TEAM_QUEUE
     finally:
-        with contextlib.suppress(StackError, OSError):
-            e2e_stack.client.delete(f"{collection}/{TEAM_QUEUE}")
-            e2e_stack.client.delete(f"{KUEUE}/clusterqueues/{TEAM_CLUSTER_QUEUE}")
+        for path in (f"{collection}/{TEAM_QUEUE}", f"{KUEUE}/clusterqueues/{TEAM_CLUSTER_QUEUE}"):
+            with contextlib.suppress(StackError, OSError):
+                e2e_stack.client.delete(path)
 
 
 def team_leftovers(stack: E2EStack) -> list[str]:
@@ -227,7 +228,7 @@ def expected_nodes(job_id: int) -> list[str]:
 
 def gated_command(gate: Path) -> list[str]:
     """A team Job's command: runs until ``gate`` exists, so the test decides when the quota frees."""
-    return ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.2; done"]
+    return ["sh", "-c", f"while [ ! -e {shlex.quote(str(gate))} ]; do sleep 0.2; done"]
 
 
 def cpu(quantity: str) -> Decimal:
@@ -279,16 +280,30 @@ def job_complete(stack: E2EStack, name: str) -> bool:
     return any(c["type"] == "Complete" and c["status"] == "True" for c in status.get("conditions") or [])
 
 
+def team_runs_on_its_own_quota(stack: E2EStack, *, pods: int) -> bool:
+    """The team's ClusterQueue reserves its 2 CPUs, none borrowed, and ``pods`` of its pods run."""
+    if reserved_cpu(stack, TEAM_CLUSTER_QUEUE) != (Decimal(2), Decimal(0)):
+        return False
+    running = [
+        p
+        for p in stack.list_items(f"/api/v1/namespaces/{TEAM_NAMESPACE}/pods")
+        if p.get("status", {}).get("phase") == "Running"
+    ]
+    return len(running) == pods
+
+
+def no_pods_nor_nodes(stack: E2EStack, job_id: int) -> bool:
+    """The Slurm job has no pod left and none of its ``b<id>-*`` nodes is in slurmctld."""
+    return not stack.pods(labelSelector=job_selector(stack.cluster_name, job_id)) and not set(
+        expected_nodes(job_id)
+    ) & set(stack.slurm_nodes())
+
+
 async def wait_cleaned_up(stack: E2EStack, job_id: int, bridge: BridgeProcess) -> None:
     name = jobset_name(stack.cluster_name, job_id)
-    selector = job_selector(stack.cluster_name, job_id)
 
     def gone() -> bool:
-        return (
-            jobset(stack, name) is None
-            and not stack.pods(labelSelector=selector)
-            and not set(expected_nodes(job_id)) & set(stack.slurm_nodes())
-        )
+        return jobset(stack, name) is None and no_pods_nor_nodes(stack, job_id)
 
     await eventually(
         gone, timeout=CLEANUP_TIMEOUT, what=f"job {job_id}'s JobSet, pods and nodes to go",
@@ -305,7 +320,6 @@ async def test_a_slurm_job_borrows_the_teams_idle_quota_is_reclaimed_then_comple
     bridge = await started_bridge(e2e)
     job_id = submit(e2e, script=TASKS_SCRIPT + "sleep 20\n", name="borrower")
     name = jobset_name(e2e.cluster_name, job_id)
-    selector = job_selector(e2e.cluster_name, job_id)
     running = await wait_job(
         slurm_client, job_id, until=lambda j: j.is_running, timeout=JOB_TIMEOUT,
         what="to run on borrowed quota", stack=e2e, bridge=bridge,
@@ -342,22 +356,17 @@ async def test_a_slurm_job_borrows_the_teams_idle_quota_is_reclaimed_then_comple
             lambda: preempted_reason(workload_of(e2e, name)), timeout=30,
             what="the Workload's Preempted reason", describe=lambda: summary(e2e, bridge),
         )  # fmt: skip
-        assert reason in COHORT_PREEMPTION, reason
+        assert reason == RECLAIM_REASON, reason
 
         # While the team's Job holds its quota: its pods run, the Slurm job stays held with its JobSet
         # suspended, and its pods and Slurm nodes are gone (nothing leaks, nothing runs twice).
         await eventually(
-            lambda: reserved_cpu(e2e, TEAM_CLUSTER_QUEUE) == (Decimal(2), Decimal(0))
-            and len([p for p in e2e.list_items(f"/api/v1/namespaces/{TEAM_NAMESPACE}/pods")
-                     if p.get("status", {}).get("phase") == "Running"]) == 2,
-            timeout=60, what="the team's Job to run on its own quota", describe=lambda: summary(e2e, bridge),
+            lambda: team_runs_on_its_own_quota(e2e, pods=2), timeout=60,
+            what="the team's Job to run on its own quota", describe=lambda: summary(e2e, bridge),
         )  # fmt: skip
         await eventually(
-            lambda: not e2e.pods(labelSelector=selector) and not set(expected_nodes(job_id)) & set(
-                e2e.slurm_nodes()
-            ),
-            timeout=CLEANUP_TIMEOUT, what="the reclaimed job's pods and Slurm nodes to go",
-            describe=lambda: summary(e2e, bridge),
+            lambda: no_pods_nor_nodes(e2e, job_id), timeout=CLEANUP_TIMEOUT,
+            what="the reclaimed job's pods and Slurm nodes to go", describe=lambda: summary(e2e, bridge),
         )  # fmt: skip
         held = await slurm_client.get_job(job_id)
         assert held.is_pending, held
@@ -393,3 +402,117 @@ async def test_a_slurm_job_borrows_the_teams_idle_quota_is_reclaimed_then_comple
         f"job {job_id}: borrowed 2 CPUs, reclaimed ({reason}), restarts {requeued.restart_count}, "
         f"ran again at {again.start_time}, completed on {sorted(done.nodes)}"
     )
+
+
+# --- 2 ---------------------------------------------------------------------------------------------
+
+SLURM_QUEUED, TEAM_QUEUED = 3, 3
+"""Jobs of 2 x 1 CPU each: more of each than 6 CPUs admit in either order (2 + 1 or 1 + 2)."""
+
+
+def lender_cluster_queue(stack: E2EStack, *, cpu: int) -> dict[str, Any]:
+    """A ClusterQueue with no LocalQueue, in the cohort: all it does is lend ``cpu`` CPUs."""
+    _, manifest = cluster_queue_object(
+        LENDER, flavor=stack.settings.flavor, cpu=str(cpu), memory="16Gi", cohort=COHORT
+    )
+    return manifest
+
+
+def admitted_slurm_jobs(stack: E2EStack, job_ids: list[int]) -> list[int]:
+    return [
+        j
+        for j in job_ids
+        if workload_state_of(stack, jobset_name(stack.cluster_name, j)) == WorkloadState.ADMITTED
+    ]
+
+
+def quota_reserved(workload: dict[str, Any]) -> bool:
+    conditions = workload.get("status", {}).get("conditions") or []
+    return any(c.get("type") == "QuotaReserved" and c.get("status") == "True" for c in conditions)
+
+
+async def test_the_lent_quota_follows_the_weights_with_fair_sharing_and_the_priorities_without(
+    e2e: E2EStack, team: tuple[str, str], slurm_client: SlurmClient, tmp_path: Path, fair_sharing: bool
+) -> None:
+    bridge = await started_bridge(e2e)
+    slurm_queue = e2e.settings.cluster_queue
+    # Both sides borrow everything: the team's own quota goes to 0 for this test, a lender holds it.
+    apply_cluster_queue(e2e, team_cluster_queue(e2e, cpu="0", memory="0"))
+    gate = tmp_path / "never"
+    team_jobs = [f"share-team-{i}" for i in range(TEAM_QUEUED)]
+    slurm_jobs: list[int] = []
+    try:
+        # The team's Jobs first (older, and urgent: Kueue's order without fair sharing would favour
+        # them), then the Slurm jobs; nothing can be admitted yet.
+        urgent = e2e.settings.urgent_priority
+        for name in team_jobs:
+            job = e2e.batch_job(
+                name, command=gated_command(gate), cpu="1", parallelism=2, priority=urgent, queue=team
+            )
+            e2e.client.create(TEAM_JOBS, job)
+        slurm_jobs = [
+            submit(e2e, script=TASKS_SCRIPT + "sleep 300\n", name=f"share-{i}") for i in range(SLURM_QUEUED)
+        ]
+        await eventually(
+            lambda: len(team_workloads(e2e)) == TEAM_QUEUED and len(e2e.workloads()) == SLURM_QUEUED,
+            timeout=60, what="every job's Workload", describe=lambda: summary(e2e, bridge),
+        )  # fmt: skip
+        assert not any(quota_reserved(w) for w in [*team_workloads(e2e), *e2e.workloads()])
+
+        # The quota appears at once; Kueue admits until the cohort is full. With fair sharing the lowest
+        # weighted share (usage above nominal / lendable / weight) first, without it the highest priority.
+        apply_cluster_queue(e2e, lender_cluster_queue(e2e, cpu=LENT_CPU))
+
+        def cohort_full() -> bool:
+            used = reserved_cpu(e2e, slurm_queue)[0] + reserved_cpu(e2e, TEAM_CLUSTER_QUEUE)[0]
+            return used == LENT_CPU
+
+        await eventually(
+            cohort_full, timeout=60, what=f"{LENT_CPU} CPUs admitted", describe=lambda: summary(e2e, bridge)
+        )
+        admitted = admitted_slurm_jobs(e2e, slurm_jobs)
+        for job_id in admitted:  # the bridged jobs admitted on their share really run
+            await wait_job(
+                slurm_client, job_id, until=lambda j: j.is_running, timeout=JOB_TIMEOUT, what="to run",
+                stack=e2e, bridge=bridge,
+            )  # fmt: skip
+        # Read once they run: the shares held while they started (no preemption moved them).
+        assert admitted_slurm_jobs(e2e, slurm_jobs) == admitted
+        slurm_cpu, slurm_borrowed = reserved_cpu(e2e, slurm_queue)
+        team_cpu, team_borrowed = reserved_cpu(e2e, TEAM_CLUSTER_QUEUE)
+        shares = {q: weighted_share(e2e, q) for q in (slurm_queue, TEAM_CLUSTER_QUEUE)}
+        team_admitted = sum(quota_reserved(w) for w in team_workloads(e2e))
+        ratio = slurm_cpu / team_cpu if team_cpu else Decimal("Infinity")
+        print(
+            f"fair sharing {'on' if fair_sharing else 'off'}, weights Slurm {SLURM_WEIGHT} : team "
+            f"{TEAM_WEIGHT}, {LENT_CPU} CPUs lent: "
+            f"Slurm {slurm_cpu} CPUs ({len(admitted)} of {SLURM_QUEUED} jobs), team {team_cpu} CPUs "
+            f"({team_admitted} of {TEAM_QUEUED} Jobs), ratio {ratio:.2f}; "
+            f"weighted shares {shares}"
+        )
+        assert (slurm_borrowed, team_borrowed) == (slurm_cpu, team_cpu)  # all of it lent
+        assert slurm_cpu + team_cpu == LENT_CPU
+        slurm_share, team_share = shares[slurm_queue], shares[TEAM_CLUSTER_QUEUE]
+        if fair_sharing:  # the weights: equal weighted shares
+            assert slurm_cpu * TEAM_WEIGHT == team_cpu * SLURM_WEIGHT, (slurm_cpu, team_cpu)
+            assert slurm_share is not None, shares
+            assert slurm_share > 0, shares
+            assert slurm_share == team_share, shares
+        else:  # the priorities: each scheduling cycle admits the team's head first while it fits
+            assert (slurm_cpu, team_cpu) == (Decimal(2), Decimal(4)), (slurm_cpu, team_cpu)
+            assert (slurm_share, team_share) == (None, None), shares
+    finally:
+        # Close the tap first (Kueue evicts nothing for it), so nothing queued starts while all goes.
+        with contextlib.suppress(StackError):
+            apply_cluster_queue(e2e, lender_cluster_queue(e2e, cpu=0))
+        for job_id in reversed(slurm_jobs):
+            scancel(e2e, job_id)
+        for name in reversed(team_jobs):
+            e2e.client.delete(f"{TEAM_JOBS}/{name}")
+        try:
+            for job_id in slurm_jobs:
+                await wait_cleaned_up(e2e, job_id, bridge)
+        finally:  # the cohort as the module has it: the team's own quota back, no lender
+            e2e.client.delete(f"{KUEUE}/clusterqueues/{LENDER}")
+            apply_cluster_queue(e2e, team_cluster_queue(e2e))
+    assert bridge.alive(), bridge.log_tail()
