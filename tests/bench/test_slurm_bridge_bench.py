@@ -78,6 +78,7 @@ from bridge.sandbox.e2e import JOBSETS, BridgeProcess, E2ESettings, E2EStack
 from bridge.sandbox.processes import StackError
 from bridge.sandbox.slurm import BRIDGE_PARTITION, VERSIONS, SlurmCluster, SlurmVersion
 from bridge.sandbox.stack import KubeStack
+from tests.bench.bench_profile import PROFILE_DIR, end_phase
 from tests.bench.bench_support import (
     BridgeProbe,
     Sample,
@@ -280,7 +281,20 @@ def counting_bridge(stack: E2EStack) -> BridgeProcess:
     bridge = stack.bridge(*BRIDGE_ARGS)
     assert bridge.argv[1:3] == ["-m", "bridge.slurm"], bridge.argv
     bridge.argv[1:3] = [str(CHILD)]
+    if PROFILE_DIR:
+        Path(PROFILE_DIR).mkdir(parents=True, exist_ok=True)
+        bridge.env["K8S_BRIDGE_BENCH_PROFILE"] = PROFILE_DIR
     return bridge
+
+
+def profile_phase(bridge: BridgeProcess, result: dict[str, Any], phase: str, *, jobs: int) -> None:
+    """With ``K8S_BRIDGE_BENCH_PROFILE`` set: the phase's profiled CPU by component, and ms per job."""
+    assert bridge.process is not None
+    split = end_phase(bridge.process.pid, phase)
+    if split is None:
+        return
+    split["profiled_ms_per_job"] = round(1000 * split["profiled_seconds"] / jobs, 2)
+    result.setdefault("profile", {})[phase] = split
 
 
 def wait_bridge(bridge: BridgeProcess) -> None:
@@ -360,6 +374,7 @@ def test_held_jobs_to_jobsets_beside_kueue_admission(
         started = time.monotonic() - start
         series = wait_creates(bridge, JOBS, timeout=max(300.0, JOBS * 1.0))
         after = Probe.take(stack.client, bridge)
+        profile_phase(bridge, result, "create", jobs=JOBS)
         assert jobset_count(stack) == JOBS
         catch_up = rate_figures(series, start=start, base=0.0, count=JOBS)
         catch_up["bridge_start_seconds"] = round(started, 2)
@@ -376,9 +391,11 @@ def test_held_jobs_to_jobsets_beside_kueue_admission(
 
         # 3. Steady state: nothing changes; what does the bridge cost per poll?
         time.sleep(2.0)
+        profile_phase(bridge, result, "settle", jobs=JOBS)
         quiet = Probe.take(stack.client, bridge)
         time.sleep(STEADY_SECONDS)
         result["steady"] = window(quiet, Probe.take(stack.client, bridge), jobs=JOBS)
+        profile_phase(bridge, result, "steady", jobs=JOBS)
 
         # 4. Live: submitted while the bridge runs.
         if LIVE_JOBS:
@@ -395,6 +412,7 @@ def test_held_jobs_to_jobsets_beside_kueue_admission(
             live["lag_after_last_submit_seconds"] = round(live["seconds_to_all"] - live_submit_seconds, 2)
             live["window"] = window(live_before, Probe.take(stack.client, bridge), jobs=LIVE_JOBS)
             result["live"] = live
+            profile_phase(bridge, result, "live", jobs=LIVE_JOBS)
             assert jobset_count(stack) == JOBS + LIVE_JOBS
 
         # 5. Cleanup: cancel everything; the bridge deletes every JobSet.
@@ -409,6 +427,7 @@ def test_held_jobs_to_jobsets_beside_kueue_admission(
         )  # fmt: skip
         bridge_done = time.monotonic() - start
         clean_after = Probe.take(stack.client, bridge)
+        profile_phase(bridge, result, "cleanup", jobs=everything)
         wait(lambda: not any_jobset(stack), timeout=max(600.0, everything * 1.0),
              what="every JobSet to be gone", interval=1.0)  # fmt: skip
         seconds = time.monotonic() - start
@@ -470,6 +489,9 @@ def report_throughput(r: dict[str, Any]) -> None:
                                                            f"{cl['window']['rest_calls_per_job']}"),
         ("end: bridge RSS / peak RSS MiB", f"{cl['window']['rss_mib']} / {cl['window']['peak_rss_mib']}"),
     ]  # fmt: skip
+    for phase, split in r.get("profile", {}).items():
+        rows.append((f"profile {phase}: own CPU s ({split['profiled_ms_per_job']} ms/job)",
+                     f"{split['profiled_seconds']}  {split['by_component_seconds']}"))  # fmt: skip
     print_table("Slurm bridge throughput (held jobs -> JobSets)", rows)
 
 
@@ -611,6 +633,7 @@ def test_admission_to_running_latency(
         bridge.start()
         wait_bridge(bridge)
         cluster = stack.cluster_name
+        profile_phase(bridge, result, "latency-start-up", jobs=1)
         ids, submit_seconds = submit_many(bench_slurm, count, prefix="rel", script="#!/bin/sh\nsleep 5\n")
         want = set(ids)
         names = {jobset_name(cluster, j): j for j in ids}
@@ -647,6 +670,8 @@ def test_admission_to_running_latency(
                 time.sleep(0.1)
         finally:
             observer.stop()
+        # Submitted -> every job RUNNING: the create and the release of each job.
+        profile_phase(bridge, result, "create+release", jobs=count)
         loop_seconds = (time.monotonic() - began) / max(loops, 1)
         during = window(before, Probe.take(stack.client, bridge), jobs=count)
         result["load_during"] = load_average()
@@ -704,6 +729,7 @@ def test_admission_to_running_latency(
         wait(lambda: not any_jobset(stack), timeout=max(300.0, 4.0 * count),
              what="every JobSet to be cleaned up after the jobs", interval=1.0)  # fmt: skip
         result["cleanup_after_running_seconds"] = round(time.monotonic() - start, 2)
+        profile_phase(bridge, result, "completion+cleanup", jobs=count)
         _, jobs = slurm_nodes_and_jobs(bench_slurm)
         result["completed"] = sum(jobs.get(j, ("",))[0] == "COMPLETED" for j in ids)
         probe = Probe.take(stack.client, bridge)
@@ -786,6 +812,9 @@ def report_latency(r: dict[str, Any]) -> None:
         ("completed / cleanup after", f"{r['completed']} / {r['cleanup_after_running_seconds']} s"),
         ("bridge CPU s / peak RSS MiB", f"{r['bridge']['cpu_seconds']} / {r['bridge']['peak_rss_mib']}"),
     ]  # fmt: skip
+    for phase, split in r.get("profile", {}).items():
+        rows.append((f"profile {phase}: own CPU s ({split['profiled_ms_per_job']} ms/job)",
+                     f"{split['profiled_seconds']}  {split['by_component_seconds']}"))  # fmt: skip
     print_table("Slurm bridge release latency (node registered IDLE -> job RUNNING)", rows)
 
 
