@@ -276,6 +276,11 @@ class RestClient:
         self._context = ssl.create_default_context(cafile=str(certificates.ca_cert))
         self._context.load_cert_chain(str(certificates.admin_cert), str(certificates.admin_key))
 
+    @property
+    def ssl_context(self) -> ssl.SSLContext:
+        """The admin client's TLS context, for a caller that streams (a watch) rather than asks."""
+        return self._context
+
     def request(
         self,
         method: str,

@@ -19,12 +19,16 @@ It also counts the Slurm jobs the slurmrestd client builds from a job list or re
 (``k8s_bridge_bench_slurm_jobs_parsed_total``, at ``RestAdapter.parse_job``): with a deep queue, the
 jobs parsed per poll tell whether a poll costs in proportion to the queue or to what changed.
 
+With ``K8S_BRIDGE_BENCH_PROFILE=<dir>`` the bridge runs under cProfile, dumped per phase (see
+``bench_profile.py``).
+
 Usage: ``python slurm_bridge_child.py <the arguments of python -m bridge.slurm>``.
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import Counter
@@ -33,6 +37,7 @@ from bridge.api.slurm_job import SlurmJob
 from bridge.runtime.metrics import REGISTRY
 from bridge.slurm.program import main
 from bridge.slurmrest.versions import RestAdapter
+from tests.bench.bench_profile import PROFILE_DIR, PhaseProfiler
 from tests.bench.http_counting import install
 
 PARSED = Counter(
@@ -51,5 +56,7 @@ def _counted_parse_job(self: RestAdapter, raw: Any) -> SlurmJob:
 
 if __name__ == "__main__":
     install()
+    if PROFILE_DIR:
+        PhaseProfiler(Path(PROFILE_DIR)).start()
     RestAdapter.parse_job = _counted_parse_job  # type: ignore[method-assign]
     sys.exit(main(sys.argv[1:]))
