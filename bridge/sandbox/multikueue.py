@@ -71,20 +71,31 @@ def inline_kubeconfig(control_plane: ControlPlane) -> str:
 
 @dataclass
 class MultiKueuePair:
-    """The MultiKueue objects between a started manager and a started worker :class:`E2EStack`.
+    """The MultiKueue objects between a started manager and started worker stacks (:class:`E2EStack`).
 
-    ``start`` creates them in the manager and waits until Kueue reports the worker connected and the
+    ``start`` creates them in the manager and waits until Kueue reports every worker connected and the
     ClusterQueue active with the check; ``stop`` deletes them (the ClusterQueue loses the check).
-    ``name`` names the Secret, MultiKueueCluster, MultiKueueConfig and AdmissionCheck.
+    ``name`` names the MultiKueueConfig and AdmissionCheck; the workers' Secrets and
+    MultiKueueClusters are :meth:`cluster_name` of their index. ``more_workers`` join ``worker`` in
+    the same MultiKueueConfig (Kueue dispatches to all and keeps the first that admits).
     """
 
     manager: E2EStack
     worker: E2EStack
     name: str = "e2e-worker"
+    more_workers: tuple[E2EStack, ...] = ()
 
     @property
     def _client(self) -> Any:
         return self.manager.client
+
+    @property
+    def workers(self) -> tuple[E2EStack, ...]:
+        return (self.worker, *self.more_workers)
+
+    def cluster_name(self, index: int) -> str:
+        """The MultiKueueCluster of ``workers[index]``: ``name`` for the first, ``name-<index>`` after."""
+        return self.name if index == 0 else f"{self.name}-{index}"
 
     def start(self) -> Self:
         try:
@@ -100,13 +111,14 @@ class MultiKueuePair:
     def stop(self) -> None:
         with contextlib.suppress(StackError, OSError):
             self._set_cluster_queue_check(None)
-        for path in (
-            f"{KUEUE}/admissionchecks/{self.name}",
-            f"{KUEUE}/multikueueconfigs/{self.name}",
-            f"{KUEUE}/multikueueclusters/{self.name}",
-            f"/api/v1/namespaces/{KUEUE_NAMESPACE}/secrets/{self.name}-kubeconfig",
-            f"{_WEBHOOKS}/{self.webhook_name}",
-        ):
+        paths = [f"{KUEUE}/admissionchecks/{self.name}", f"{KUEUE}/multikueueconfigs/{self.name}"]
+        for index in range(len(self.workers)):
+            cluster = self.cluster_name(index)
+            paths += [
+                f"{KUEUE}/multikueueclusters/{cluster}",
+                f"/api/v1/namespaces/{KUEUE_NAMESPACE}/secrets/{cluster}-kubeconfig",
+            ]
+        for path in (*paths, f"{_WEBHOOKS}/{self.webhook_name}"):
             with contextlib.suppress(StackError, OSError):
                 self._client.delete(path)
 
@@ -120,10 +132,9 @@ class MultiKueuePair:
     def webhook_name(self) -> str:
         return f"{self.name}-kueue-jobset"
 
-    def cluster_status(self) -> dict[str, Any]:
-        found: dict[str, Any] = (
-            self._client.get(f"{KUEUE}/multikueueclusters/{self.name}").get("status") or {}
-        )
+    def cluster_status(self, index: int = 0) -> dict[str, Any]:
+        path = f"{KUEUE}/multikueueclusters/{self.cluster_name(index)}"
+        found: dict[str, Any] = self._client.get(path).get("status") or {}
         return found
 
     # ---- pieces ------------------------------------------------------------------------------------
@@ -166,50 +177,34 @@ class MultiKueuePair:
         )
 
     def _create_objects(self) -> None:
-        kubeconfig = inline_kubeconfig(self.worker.kube.control_plane)
-        self._client.apply(
-            f"/api/v1/namespaces/{KUEUE_NAMESPACE}/secrets",
-            {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {"name": f"{self.name}-kubeconfig", "namespace": KUEUE_NAMESPACE},
-                "type": "Opaque",
-                "stringData": {"kubeconfig": kubeconfig},
-            },
-        )
-        for collection, spec, kind in (
-            (
-                "multikueueclusters",
-                {
-                    "clusterSource": {
-                        "kubeConfig": {"locationType": "Secret", "location": f"{self.name}-kubeconfig"}
-                    }
-                },
-                "MultiKueueCluster",
-            ),
-            ("multikueueconfigs", {"clusters": [self.name]}, "MultiKueueConfig"),
-            (
-                "admissionchecks",
-                {
-                    "controllerName": MULTIKUEUE_CONTROLLER,
-                    "parameters": {
-                        "apiGroup": "kueue.x-k8s.io",
-                        "kind": "MultiKueueConfig",
-                        "name": self.name,
-                    },
-                },
-                "AdmissionCheck",
-            ),
-        ):
+        clusters = [self.cluster_name(index) for index in range(len(self.workers))]
+        for cluster, worker in zip(clusters, self.workers, strict=True):
             self._client.apply(
-                f"{KUEUE}/{collection}",
+                f"/api/v1/namespaces/{KUEUE_NAMESPACE}/secrets",
                 {
-                    "apiVersion": "kueue.x-k8s.io/v1beta2",
-                    "kind": kind,
-                    "metadata": {"name": self.name},
-                    "spec": spec,
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": {"name": f"{cluster}-kubeconfig", "namespace": KUEUE_NAMESPACE},
+                    "type": "Opaque",
+                    "stringData": {"kubeconfig": inline_kubeconfig(worker.kube.control_plane)},
                 },
             )
+            source = {"kubeConfig": {"locationType": "Secret", "location": f"{cluster}-kubeconfig"}}
+            self._apply_kueue("multikueueclusters", "MultiKueueCluster", cluster, {"clusterSource": source})
+        self._apply_kueue("multikueueconfigs", "MultiKueueConfig", self.name, {"clusters": clusters})
+        parameters = {"apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": self.name}
+        self._apply_kueue(
+            "admissionchecks",
+            "AdmissionCheck",
+            self.name,
+            {"controllerName": MULTIKUEUE_CONTROLLER, "parameters": parameters},
+        )
+
+    def _apply_kueue(self, collection: str, kind: str, name: str, spec: dict[str, Any]) -> None:
+        self._client.apply(
+            f"{KUEUE}/{collection}",
+            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": kind, "metadata": {"name": name}, "spec": spec},
+        )
 
     def _set_cluster_queue_check(self, check: str | None) -> None:
         path = f"{KUEUE}/clusterqueues/{self.manager.settings.cluster_queue}"
@@ -229,8 +224,9 @@ class MultiKueuePair:
                 return False
             return any(c.get("type") == kind and c.get("status") == "True" for c in conditions)
 
+        clusters = [self.cluster_name(index) for index in range(len(self.workers))]
         for path, kind in (
-            (f"{KUEUE}/multikueueclusters/{self.name}", "Active"),
+            *((f"{KUEUE}/multikueueclusters/{cluster}", "Active") for cluster in clusters),
             (f"{KUEUE}/admissionchecks/{self.name}", "Active"),
             (f"{KUEUE}/clusterqueues/{self.manager.settings.cluster_queue}", "Active"),
         ):

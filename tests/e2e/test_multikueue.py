@@ -50,7 +50,7 @@ from tests.fixtures.e2e import (
     wait_job,
     workload_state_of,
 )
-from tests.fixtures.slurm import started_cluster
+from tests.fixtures.slurm import _keep_workdir, started_cluster
 from translators.slurm import job_selector, jobset_name
 
 pytestmark = pytest.mark.slurm
@@ -90,7 +90,7 @@ def worker_kube() -> Iterator[KubeStack]:
 
 @pytest.fixture(scope="module")
 def slurm_cluster() -> Iterator[SlurmCluster]:
-    yield from started_cluster(SlurmCluster(version="22.05"))
+    yield from started_cluster(SlurmCluster(version="22.05", keep_workdir=_keep_workdir()))
 
 
 @pytest.fixture(scope="module")
@@ -132,19 +132,23 @@ def worker_stack(
         stack.stop()
 
 
-@pytest.fixture
-def worker(worker_stack: E2EStack) -> Iterator[E2EStack]:
-    """The worker, checked for leaks after the test as the ``e2e`` fixture checks the manager."""
+def checked_for_leaks(stack: E2EStack, what: str) -> Iterator[E2EStack]:
+    """``stack`` for one test, checked for leaks afterwards as the ``e2e`` fixture checks the manager."""
     before = set(existing_namespaces())
-    yield worker_stack
+    yield stack
     deadline = time.monotonic() + LEAK_GRACE
-    leaks = worker_stack.leaks(namespaces_before=before)
+    leaks = stack.leaks(namespaces_before=before)
     while leaks and time.monotonic() < deadline:
         time.sleep(1.0)
-        leaks = worker_stack.leaks(namespaces_before=before)
+        leaks = stack.leaks(namespaces_before=before)
     if leaks:
-        scrub(worker_stack)
-    assert not leaks, "left behind in the worker after the test:\n  " + "\n  ".join(leaks)
+        scrub(stack)
+    assert not leaks, f"left behind in {what} after the test:\n  " + "\n  ".join(leaks)
+
+
+@pytest.fixture
+def worker(worker_stack: E2EStack) -> Iterator[E2EStack]:
+    yield from checked_for_leaks(worker_stack, "the worker")
 
 
 @pytest.fixture
