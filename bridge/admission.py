@@ -12,6 +12,8 @@ once:
 - ``Evicted=True`` outranks ``Admitted=True``: right after a preemption both are true until the
   JobSet is suspended again, and a bridge must stop handing the workload capacity at once.
   Kueue resets ``Evicted`` and ``Preempted`` to False on the next quota reservation.
+- A JobSet whose ``spec.managedBy`` is MultiKueue's runs in a worker cluster: its pods are not
+  observable here, only its mirrored status (:attr:`JobSetView.runs_elsewhere`).
 - The Workload is found by the label ``kueue.x-k8s.io/job-uid=<JobSet uid>``, never by guessing
   its hashed name.
 
@@ -29,6 +31,7 @@ from typing import Any, Final, Protocol
 
 __all__ = [
     "JOBSET_API_VERSION",
+    "JOBSET_CONTROLLER",
     "JOBSET_KIND",
     "JOB_UID_LABEL",
     "MAX_EXEC_TIME_LABEL",
@@ -64,6 +67,8 @@ WORKLOAD_API_VERSION: Final = "kueue.x-k8s.io/v1beta2"
 WORKLOAD_KIND: Final = "Workload"
 JOBSET_API_VERSION: Final = "jobset.x-k8s.io/v1alpha2"
 JOBSET_KIND: Final = "JobSet"
+JOBSET_CONTROLLER: Final = "jobset.x-k8s.io/jobset-controller"
+"""JobSet's own controller, the ``spec.managedBy`` that means "run here" (as does none)."""
 
 JOB_UID_LABEL: Final = "kueue.x-k8s.io/job-uid"
 QUEUE_NAME_LABEL: Final = "kueue.x-k8s.io/queue-name"
@@ -453,6 +458,14 @@ class JobSetView:
     """Child Jobs whose pods are all ready (``replicatedJobsStatus[].ready`` summed)."""
     reason: str = ""
     message: str = ""
+    managed_by: str = ""
+    """``spec.managedBy``: empty (or JobSet's own controller) when this cluster's JobSet controller
+    runs it; Kueue's MultiKueue when a worker cluster does, and only its status is mirrored here."""
+
+    @property
+    def runs_elsewhere(self) -> bool:
+        """Its Jobs and pods live in another cluster (MultiKueue): none of them is observable here."""
+        return self.managed_by not in ("", JOBSET_CONTROLLER)
 
 
 def jobset_state(jobset: Mapping[str, Any]) -> JobSetState:
@@ -491,4 +504,5 @@ def describe_jobset(jobset: Mapping[str, Any]) -> JobSetView:
         ready=ready,
         reason=deciding.reason if deciding is not None else "",
         message=deciding.message if deciding is not None else "",
+        managed_by=str((jobset.get("spec") or {}).get("managedBy") or ""),
     )

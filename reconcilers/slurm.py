@@ -861,16 +861,39 @@ def decide(o: Observed) -> Decision:
     return _decide_bridged(o, job)
 
 
+def _pods_elsewhere(o: Observed) -> bool:
+    """The JobSet runs in a MultiKueue worker cluster: its pods are not in this cluster's cache, so
+    their absence here says nothing, and only slurmctld can tell a lost node."""
+    return o.jobset is not None and o.jobset.runs_elsewhere
+
+
+def _not_responding(o: Observed) -> tuple[str, ...]:
+    return tuple(
+        n.name for n in o.nodes if n.state is not NodeState.DOWN and "NOT_RESPONDING" in n.state_flags
+    )
+
+
 def _silent_nodes(o: Observed) -> tuple[str, ...]:
     """The job's nodes, not DOWN yet, that will never answer again: slurmctld says so
     (NOT_RESPONDING), or no active slurmd pod stands behind them (deleted, ended). slurmctld notices
-    a silent node only after its message timeouts, a minute or more."""
+    a silent node only after its message timeouts, a minute or more. For pods in another cluster,
+    only slurmctld's word counts."""
+    if _pods_elsewhere(o):
+        return _not_responding(o)
     return tuple(
         n.name
         for n in o.nodes
         if n.state is not NodeState.DOWN
         and ("NOT_RESPONDING" in n.state_flags or n.name not in o.pods.active_nodes)
     )
+
+
+def _pods_may_run(o: Observed) -> bool:
+    """A slurmd pod of the JobSet may still run: one is active in the cache, or, for pods in another
+    cluster, the JobSet is not suspended yet (Kueue suspends it before it takes the remote one back)."""
+    if _pods_elsewhere(o):
+        return o.jobset is not None and not o.jobset.suspended
+    return o.pods.active > 0
 
 
 def _wait_for_the_requeue(o: Observed) -> Decision:
@@ -926,6 +949,10 @@ def _lost_pods(o: Observed) -> tuple[str, ...]:
     js, wl = o.jobset, o.workload
     if js is None or js.suspended or wl is None or wl.state is not WorkloadState.ADMITTED:
         return ()
+    if js.runs_elsewhere:
+        # The worker cluster's pods and Jobs are not seen here; slurmctld marks a node whose slurmd
+        # stopped answering (its pod gone, the worker cluster lost) after its message timeouts.
+        return tuple(f"{name}: not responding" for name in _not_responding(o))
     done = (f"index {o.completed_indexes} ended",) if o.completed_indexes else ()
     failed = (f"{o.failed_pods} failed",) if o.failed_pods else ()
     return (*o.pods.lost, *done, *failed)
@@ -1178,7 +1205,7 @@ def _decide_bridged(o: Observed, job: SlurmJob) -> Decision:
         )
     if wl.state in (WorkloadState.EVICTED, WorkloadState.PREEMPTED):
         # Stale nodes of the evicted pods go once the pods are gone; re-admission registers them anew.
-        if o.nodes and o.pods.active == 0:
+        if o.nodes and not _pods_may_run(o):
             return Decision(
                 actions=(*pre, DeleteNodes(names=tuple(n.name for n in o.nodes))),
                 confirm=True,

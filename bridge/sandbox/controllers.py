@@ -332,6 +332,8 @@ class Controllers:
         _ensure_kueue_fixed_certs(certs, KUEUE_VISIBILITY_CERT_DIR, what="visibility server")
         self.ports["kueue"] = free_port()
         self.ports["kueue-visibility"] = free_port()
+        # Recorded: a stack that wants Kueue's webhooks called registers them at this port (multikueue.py).
+        self.ports["kueue-webhook"] = free_port()
         self.visibility_address = host_address()
         config: dict[str, Any] = {
             "apiVersion": "config.kueue.x-k8s.io/v1beta2",
@@ -342,7 +344,7 @@ class Controllers:
             "internalCertManagement": {"enable": False},
             "health": {"healthProbeBindAddress": f"127.0.0.1:{self.ports['kueue']}"},
             "metrics": {"bindAddress": f"127.0.0.1:{free_port()}"},
-            "webhook": {"host": "127.0.0.1", "port": free_port(), "certDir": str(certs_dir)},
+            "webhook": {"host": "127.0.0.1", "port": self.ports["kueue-webhook"], "certDir": str(certs_dir)},
             "clientConnection": {"qps": 100, "burst": 200},
             "integrations": {"frameworks": list(self.kueue_frameworks)},
             # The visibility API (pending workloads and their positions), served to the API server's

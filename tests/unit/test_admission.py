@@ -451,3 +451,7 @@ def test_describe_jobset() -> None:
     assert view.state is JobSetState.FAILED
     assert (view.reason, view.ready, view.deleting, view.suspended) == ("FailedJobs", 1, True, False)
     assert describe_jobset(jobset(suspend=True)).suspended
+    assert not view.runs_elsewhere
+    remote = jobset(suspend=False)
+    remote["spec"]["managedBy"] = "kueue.x-k8s.io/multikueue"
+    assert describe_jobset(remote).runs_elsewhere

@@ -967,10 +967,15 @@ JOBSETS = st.sampled_from(
         jobset(state=JobSetState.ACTIVE),
         jobset(deleting=True),
         jobset(state=JobSetState.FAILED),
+        jobset(managed_by="kueue.x-k8s.io/multikueue"),
+        jobset(state=JobSetState.ACTIVE, managed_by="kueue.x-k8s.io/multikueue"),
     ]
 )
 WORKLOADS = st.sampled_from([None, *(workload(s) for s in WorkloadState)])
-NODES = st.sampled_from([(), IDLE, IDLE[:1], (node("b42-0"), node("b42-1", state=NodeState.ALLOCATED))])
+NOT_RESPONDING = (node("b42-0"), node("b42-1", flags=frozenset({"DYNAMIC_NORM", "NOT_RESPONDING"})))
+NODES = st.sampled_from(
+    [(), IDLE, IDLE[:1], (node("b42-0"), node("b42-1", state=NodeState.ALLOCATED)), NOT_RESPONDING]
+)
 
 
 @settings(max_examples=400, deadline=None)
@@ -1038,7 +1043,12 @@ def test_invariants_over_the_state_space(
                 js.state in (JobSetState.FAILED, JobSetState.COMPLETED)
                 or (wl is not None and wl.state is WorkloadState.FINISHED)
                 or (the_job.hold and the_job.is_pending and recorded not in ("", shape_fingerprint(the_job)))
-                or (pods.lost and not js.suspended and wl is not None and wl.state is WorkloadState.ADMITTED)
+                or (
+                    (nodes == NOT_RESPONDING if js.runs_elsewhere else bool(pods.lost))
+                    and not js.suspended
+                    and wl is not None
+                    and wl.state is WorkloadState.ADMITTED
+                )
                 or (the_job.hold and (bool(the_job.dependency) or "retry-after" in the_job.admin_comment))
                 or (the_job.held_by == "admin" and not the_job.admin_comment)  # an administrator's
             )

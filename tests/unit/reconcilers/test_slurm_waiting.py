@@ -453,6 +453,52 @@ def test_a_slurmd_pod_gone_from_the_cache_is_still_a_lost_node_by_its_jobs_compl
     assert kinds(run) == ["requeue_hold", "delete_jobset"]
 
 
+# --- pods in a MultiKueue worker cluster ----------------------------------------------------------
+
+REMOTE = "kueue.x-k8s.io/multikueue"
+
+
+def test_nodes_of_pods_in_a_worker_cluster_are_not_silent_for_want_of_local_pods() -> None:
+    """MultiKueue runs the JobSet's pods in a worker cluster: none is in this cluster's cache, and a
+    requeue must not set the job's live nodes DOWN for that."""
+    requeuing = job(state_flags=frozenset({"COMPLETING"}), state_reason="JobHeldUser")
+    remote = jobset(state=JobSetState.ACTIVE, deleting=True, managed_by=REMOTE)
+    assert decide(observe(requeuing, js=remote, nodes=IDLE)).actions == ()
+    silent = (node("b42-0"), node("b42-1", flags=frozenset({"DYNAMIC_NORM", "NOT_RESPONDING"})))
+    (down,) = decide(observe(requeuing, js=remote, nodes=silent)).actions
+    assert isinstance(down, DownNodes)
+    assert down.names == ("b42-1",)
+
+
+def test_a_running_job_whose_remote_node_stops_responding_is_a_lost_node() -> None:
+    remote = jobset(state=JobSetState.ACTIVE, managed_by=REMOTE)
+    admitted = workload(WorkloadState.ADMITTED)
+    assert decide(observe(running(), js=remote, wl=admitted, nodes=IDLE)).actions == ()
+    silent = (node("b42-0"), node("b42-1", flags=frozenset({"DYNAMIC_NORM", "NOT_RESPONDING"})))
+    d = decide(observe(running(), js=remote, wl=admitted, nodes=silent))
+    assert kinds(d) == ["requeue_hold", "delete_jobset"]
+    requeue = d.actions[0]
+    assert isinstance(requeue, RequeueHold)
+    assert "b42-1: not responding" in requeue.reason
+
+
+def test_stale_nodes_of_an_evicted_remote_jobset_go_once_kueue_has_suspended_it() -> None:
+    """No remote pod is seen here: the suspension (Kueue's first step of taking it back) is the sign
+    that they are going."""
+    evicted = workload(WorkloadState.EVICTED)
+    still_running = jobset(state=JobSetState.ACTIVE, managed_by=REMOTE)
+    assert decide(observe(job(restart_count=1), js=still_running, wl=evicted, nodes=IDLE)).actions == ()
+    suspended = jobset(managed_by=REMOTE)
+    d = decide(observe(job(restart_count=1), js=suspended, wl=evicted, nodes=IDLE))
+    assert kinds(d) == ["delete_nodes"]
+
+
+def test_a_jobset_managed_by_jobsets_own_controller_runs_here() -> None:
+    assert not jobset(managed_by="jobset.x-k8s.io/jobset-controller").runs_elsewhere
+    assert not jobset().runs_elsewhere
+    assert jobset(managed_by=REMOTE).runs_elsewhere
+
+
 # --- reservations ----------------------------------------------------------------------------------
 
 
