@@ -120,7 +120,12 @@ async def test_jobs_slurm_would_not_start_take_no_quota_and_an_administrators_ho
     admitted onto the free CPU, released and sat PENDING (Dependency) holding it, so A never got its
     two: a deadlock. C held a CPU for the hour; D was released on admission."""
     cluster = e2e.slurm
-    holder = one_node(e2e, name="holder", script=TASKS_SCRIPT + "sleep 40\n")
+    # The holder keeps its CPU until the test lets it go (a file it waits for), so that A's wait in
+    # Kueue, and its place in line, are seen however slowly the comments come (one a minute per job).
+    release = cluster.jobs_dir / "release-holder"
+    holder = one_node(
+        e2e, name="holder", script=TASKS_SCRIPT + f"while [ ! -e {release} ]; do sleep 1; done\n"
+    )
     c = one_node(e2e, "--begin=now+3600", name="in-an-hour")
     d = one_node(e2e, name="held-by-admin")
     # As root: an administrator's hold, before any bridge saw the job. scontrol reports the 2015 that
@@ -160,6 +165,7 @@ async def test_jobs_slurm_would_not_start_take_no_quota_and_an_administrators_ho
             placed.comment
         )
         assert workload_state_of(e2e, jobset_name(e2e.cluster_name, a)) != WorkloadState.ADMITTED
+        cluster.host_path(release).touch()
 
         done_a = await wait_job(
             slurm_client, a, until=finished, timeout=2 * JOB_TIMEOUT, what="to run once the holder is done",
