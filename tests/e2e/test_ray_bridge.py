@@ -106,6 +106,10 @@ def _describe(ray: RayPool, bridge: BridgeProcess | None = None) -> str:
         lines.append(f"JobSet {js['metadata']['name']} suspend={js['spec'].get('suspend')}")
     for pod in ray.pods():
         lines.append(f"Pod {pod['metadata']['name']} {pod.get('status', {}).get('phase')}")
+    for wl in [*ray.workloads(), *ray.pool.workloads()]:
+        view = describe_workload(wl)
+        owners = ",".join(ref.get("name", "") for ref in wl["metadata"].get("ownerReferences") or ())
+        lines.append(f"Workload {wl['metadata']['name']} of {owners}: {view.state} {view.message}")
     if bridge is not None:
         lines.append("bridge log:\n" + bridge.log_tail(40))
     return "\n".join(lines)
@@ -244,7 +248,9 @@ async def test_one_pool_a_slurm_job_preempts_the_ray_workers_and_nothing_leaks(
     ray.wait_gate_serving(ray_bridge)
     slurm_bridge = pool.bridge().start()
     jobs_path = f"/apis/batch/v1/namespaces/{pool.settings.namespace}/jobs"
-    plain = pool.batch_job("plain", command=["sleep", "45"], cpu="1", priority=ray.priority)
+    # The plain Job runs until the test deletes it: were it to end first, the Slurm job would take its
+    # quota and nothing would be preempted, however long the Ray job took to start.
+    plain = pool.batch_job("plain", command=["sleep", "3600"], cpu="1", priority=ray.priority)
     pool.client.create(jobs_path, plain)
     name = _name("preempted")
     try:
