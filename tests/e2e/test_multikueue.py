@@ -12,6 +12,9 @@ worker. The claims:
   held, and the bridge says why;
 - preempted in the manager by an urgent Job, the Slurm job goes back held, its remote pods go, and it
   runs again once the urgent Job is done;
+- a worker lost while the job runs there (its API server stopped for longer than Kueue's
+  ``workerLostTimeout``): the job goes back held, runs again through the other worker, completes, and
+  no copy is left in any cluster once the lost one is back;
 - the time from submission to RUNNING through MultiKueue, against the same cluster without the check,
   measured in the same run (printed, not asserted).
 
@@ -20,6 +23,7 @@ Leaks are checked in both clusters after every test.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -30,6 +34,7 @@ from bridge.admission import WorkloadState
 from bridge.api.slurm_job import JobState, SlurmJob
 from bridge.sandbox.build import MissingPrerequisiteError
 from bridge.sandbox.e2e import KUEUE, BridgeProcess, E2ESettings, E2EStack
+from bridge.sandbox.kube import ApiError
 from bridge.sandbox.multikueue import MULTIKUEUE_CONTROLLER, MultiKueuePair
 from bridge.sandbox.netns import existing_namespaces
 from bridge.sandbox.processes import StackError
@@ -57,6 +62,12 @@ pytestmark = pytest.mark.slurm
 
 JOB_TIMEOUT = 150.0
 CLEANUP_TIMEOUT = 60.0
+WORKER_LOST_TIMEOUT = 15.0
+"""The manager Kueue's ``multiKueue.workerLostTimeout`` (15 min by default): how long a worker may be
+unreachable before Kueue evicts the Workloads it runs."""
+OUTAGE = 75.0
+"""How long the lost worker's API server stays down: past the timeout, Kueue's eviction, the bridge's
+requeue and the dispatch to the other worker."""
 
 
 def _started(stack: KubeStack, what: str) -> KubeStack:
@@ -70,8 +81,10 @@ def _started(stack: KubeStack, what: str) -> KubeStack:
 
 @pytest.fixture(scope="module")
 def kube_stack() -> Iterator[KubeStack]:
-    """The manager cluster: where the bridge runs, its JobSets and Workloads live, Kueue decides."""
-    stack = _started(KubeStack(), "the manager's Kubernetes stack")
+    """The manager cluster: where the bridge runs, its JobSets and Workloads live, Kueue decides. A lost
+    worker is declared lost after :data:`WORKER_LOST_TIMEOUT`, its stale copies collected every 10 s."""
+    multikueue = {"workerLostTimeout": f"{WORKER_LOST_TIMEOUT:.0f}s", "gcInterval": "10s"}
+    stack = _started(KubeStack(kueue_config={"multiKueue": multikueue}), "the manager's Kubernetes stack")
     try:
         yield stack
     finally:
@@ -149,6 +162,34 @@ def checked_for_leaks(stack: E2EStack, what: str) -> Iterator[E2EStack]:
 @pytest.fixture
 def worker(worker_stack: E2EStack) -> Iterator[E2EStack]:
     yield from checked_for_leaks(worker_stack, "the worker")
+
+
+@pytest.fixture(scope="module")
+def second_worker_stack(
+    slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[E2EStack]:
+    """A second worker, started only for the test that loses one: Kueue v0.17 declares a worker lost
+    only while another is connected (with none left it keeps the Workload admitted and retries)."""
+    kube = _started(KubeStack(), "the second worker's Kubernetes stack")
+    try:
+        stack = E2EStack(
+            kube=kube, slurm=slurm_cluster, workdir=tmp_path_factory.mktemp("mk-worker-2"), mixing=False
+        )
+        try:
+            stack.start()
+        except StackError as failed:
+            pytest.fail(f"the second worker's e2e stack did not start: {failed}", pytrace=False)
+        try:
+            yield stack
+        finally:
+            stack.stop()
+    finally:
+        kube.stop()
+
+
+@pytest.fixture
+def second_worker(second_worker_stack: E2EStack) -> Iterator[E2EStack]:
+    yield from checked_for_leaks(second_worker_stack, "the second worker")
 
 
 @pytest.fixture
@@ -353,6 +394,104 @@ async def test_preempted_in_the_manager_the_job_goes_back_held_and_runs_again_in
 
 
 # --- 3 ---------------------------------------------------------------------------------------------
+
+
+def job_pods(worker: E2EStack, manager: E2EStack, job_id: int) -> list[dict[str, Any]]:
+    """The job's slurmd pods in ``worker``; none while its API server is down or not serving yet (429)."""
+    try:
+        return worker.pods(labelSelector=job_selector(manager.cluster_name, job_id))
+    except (ApiError, OSError):
+        return []
+
+
+async def test_a_worker_lost_while_the_job_runs_the_job_is_requeued_held_and_completes_through_the_other(
+    e2e: E2EStack, worker: E2EStack, second_worker: E2EStack, slurm_client: SlurmClient
+) -> None:
+    """The worker that runs the job loses its API server for longer than ``workerLostTimeout``: Kueue
+    evicts the Workload in the manager, the bridge takes the Slurm job back, held, and Kueue dispatches it
+    to the other worker, where it runs again on its own nodes. The lost worker's slurmd pods may still
+    run meanwhile (nobody there can be told); once it is back Kueue removes its copy.
+
+    Kueue v0.17 then also reads the stale copy's end as the Workload's (the manager's JobSet mirrors
+    it; ``reconcileGroup`` finishes the local Workload from any worker's Finished copy), which may cost
+    the job one more requeue: allowed, and printed. What must hold whatever Kueue does: the job is never
+    lost, never runs in two workers at once, completes on its own nodes, and nothing is left anywhere."""
+    bridge = await started_bridge(e2e)
+    release = e2e.slurm.jobs_dir / f"release-lost-worker-{time.monotonic_ns()}"
+    script = TASKS_SCRIPT + f"while [ ! -e {release} ]; do sleep 1; done\n"
+    with MultiKueuePair(manager=e2e, worker=worker, more_workers=(second_worker,)):
+        job_id = submit(e2e, script=script, name="lost-worker")
+        name = jobset_name(e2e.cluster_name, job_id)
+        await wait_job(
+            slurm_client, job_id, until=lambda j: j.is_running, timeout=JOB_TIMEOUT, what="to run",
+            stack=e2e, bridge=bridge,
+        )  # fmt: skip
+        (lost,) = [w for w in (worker, second_worker) if remote_pods_running(w, e2e, job_id)]
+        spare = second_worker if lost is worker else worker
+        outage = asyncio.create_task(
+            asyncio.to_thread(lost.kube.control_plane.restart_apiserver, down_for=OUTAGE)
+        )
+        try:
+            requeued = await wait_job(
+                slurm_client, job_id, until=lambda j: j.is_pending and j.hold, timeout=OUTAGE,
+                what="to go back to held PENDING once its worker is lost", stack=e2e, bridge=bridge,
+            )  # fmt: skip
+            assert requeued.restart_count >= 1, requeued
+            again = await wait_job(
+                slurm_client, job_id, until=lambda j: j.is_running or j.is_finished, timeout=JOB_TIMEOUT,
+                what="to run again through the other worker", stack=e2e, bridge=bridge,
+            )  # fmt: skip
+            assert again.is_running, again
+            assert sorted(again.nodes) == [f"b{job_id}-0", f"b{job_id}-1"], again
+            assert len(remote_pods_running(spare, e2e, job_id)) == 2
+            assert workload_state_of(e2e, name) is WorkloadState.ADMITTED
+        finally:
+            await outage
+
+        # Back: the lost worker's copy goes. Until the job is let go, its pods run in one worker at most.
+        def copy_gone() -> bool:
+            try:
+                return jobset(lost, name) is None and not lost.pods(
+                    labelSelector=job_selector(e2e.cluster_name, job_id)
+                )
+            except ApiError:  # 429 while its API server's storage initializes again
+                return False
+
+        await eventually(
+            copy_gone, timeout=90, what="Kueue to remove the copy in the worker that was lost",
+            describe=lambda: both(e2e, lost, bridge),
+        )  # fmt: skip
+
+        async def running_in_one_worker() -> SlurmJob | None:
+            in_workers = [w for w in (worker, second_worker) if job_pods(w, e2e, job_id)]
+            assert len(in_workers) <= 1, "the job's slurmd pods in both workers:\n" + both(e2e, spare, bridge)
+            job = await slurm_client.get_job(job_id)
+            return job if job.is_running else None
+
+        await eventually(
+            running_in_one_worker, timeout=JOB_TIMEOUT, what="the job running through one worker",
+            describe=lambda: both(e2e, spare, bridge),
+        )  # fmt: skip
+        release_file = e2e.slurm.host_path(release)
+        release_file.touch()
+        done = await wait_job(
+            slurm_client, job_id, until=finished, timeout=JOB_TIMEOUT, what="to complete once let go",
+            stack=e2e, bridge=bridge,
+        )  # fmt: skip
+        assert done.state == JobState.COMPLETED, done
+        assert sorted(done.nodes) == [f"b{job_id}-0", f"b{job_id}-1"], done
+        output = job_output(e2e, f"job-{job_id}.out")
+        assert set(task_nodes(output)) == {f"b{job_id}-0", f"b{job_id}-1"}, output
+        print(
+            f"worker lost: requeued {done.restart_count} time(s) "
+            f"({done.restart_count - again.restart_count} after the lost worker came back)"
+        )
+        for cluster in (worker, second_worker):
+            await wait_cleaned_up(e2e, cluster, job_id, bridge)
+    assert bridge.alive(), bridge.log_tail()
+
+
+# --- 4 ---------------------------------------------------------------------------------------------
 
 
 async def time_to_running(stack: E2EStack, client: SlurmClient, bridge: BridgeProcess) -> tuple[float, int]:
