@@ -13,6 +13,8 @@ import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Literal
 
+import orjson
+
 from bridge.runtime.discovery import Discovery, Resource
 from bridge.runtime.errors import NotFound, error_from_status
 from bridge.runtime.handlers import Object
@@ -272,7 +274,7 @@ class Client:
                     raw,
                     retry_after=float(retry_after) if retry_after and retry_after.isdigit() else None,
                 )
-        return json.loads(raw) if raw else None
+        return orjson.loads(raw) if raw else None
 
 
 def _write_params(*, field_manager: str | None, dry_run: bool) -> dict[str, str]:

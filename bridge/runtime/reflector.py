@@ -3,8 +3,10 @@
 Python operator frameworks are known for watches that go silently stale. This reflector follows
 client-go's (``tools/cache/reflector.go``) rules and adds what the Python stack lacks:
 
-- streams are read raw from aiohttp and each line is decoded with ``json.loads`` to a plain dict
-  (kubernetes-asyncio's ``Watch`` builds models through a JSON round trip: 20-30x slower);
+- streams are read raw from aiohttp and each line is decoded with ``orjson.loads`` to a plain dict
+  (2.5x the standard library's ``json.loads``, and it shares short keys across documents, which a
+  cache of thousands of objects repeats; kubernetes-asyncio's ``Watch`` builds models through a
+  JSON round trip: 20-30x slower than ``json.loads``);
 - an inactivity timeout (no byte for ``inactivity_timeout`` seconds; bookmarks come about every
   minute) abandons a hung stream, because aiohttp requests have no read timeout of their own;
 - a clean close re-watches from the last resourceVersion; ``410 Gone`` (as an HTTP status or an
@@ -22,7 +24,6 @@ Undecodable lines are logged and skipped: one bad line never costs the stream.
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import aiohttp
+import orjson
 import structlog
 
 from bridge.runtime.backoff import Backoff, BackoffSettings
@@ -311,7 +313,7 @@ class Reflector:
 
     def _process(self, lines: list[bytes]) -> None:
         """Decode and dispatch one chunk's lines. The hot path: keep it flat."""
-        loads = json.loads
+        loads = orjson.loads
         sink_event = self._sink.on_event
         initial = self._initial
         rv: str | None = self.last_resource_version
