@@ -28,6 +28,7 @@ session's Kubernetes stack. Leaks are checked after every test by the ``e2e`` fi
 from __future__ import annotations
 
 import contextlib
+import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -210,7 +211,10 @@ async def test_a_two_node_job_asking_for_one_rack_gets_the_free_rack_and_runs_on
         (held_host,) = pod_nodes(e2e, holder)
         held_rack = rack_of(e2e, held_host)
 
-        job_id = submit(e2e, *ask.sbatch_options, nodes=2, script=TASKS_SCRIPT + "sleep 5\n", name="racked")
+        # It runs until the test has read explain: a job that has ended is explained as ended.
+        gate = e2e.slurm.jobs_dir / "racked.gate"
+        wait = f"while [ ! -e {shlex.quote(str(gate))} ]; do sleep 0.2; done\n"
+        job_id = submit(e2e, *ask.sbatch_options, nodes=2, script=TASKS_SCRIPT + wait, name="racked")
         name = jobset_name(e2e.cluster_name, job_id)
         running = await wait_job(
             slurm_client, job_id, until=lambda j: j.is_running or j.is_finished, timeout=JOB_TIMEOUT,
@@ -231,6 +235,8 @@ async def test_a_two_node_job_asking_for_one_rack_gets_the_free_rack_and_runs_on
         assert explained.returncode == 0, explained.stderr[-2000:]
         for host in hosts:
             assert f"topology domain {HOST}={host}: 1 pod(s)" in explained.stdout, explained.stdout
+        print(explained.stdout.split("---", 1)[0])
+        e2e.slurm.host_path(gate).touch()
 
         done = await wait_job(
             slurm_client, job_id, until=finished, timeout=JOB_TIMEOUT, what="to complete",
@@ -241,6 +247,7 @@ async def test_a_two_node_job_asking_for_one_rack_gets_the_free_rack_and_runs_on
         output = job_output(e2e, f"job-{job_id}.out")
         assert task_nodes(output) == expected_nodes(job_id, 2), output
     finally:
+        e2e.slurm.host_path(e2e.slurm.jobs_dir / "racked.gate").touch()
         for job in (holder, job_id):
             if job is not None:
                 scancel(e2e, job)
@@ -291,6 +298,7 @@ async def test_a_job_no_rack_can_hold_waits_without_pods_and_says_why_on_the_slu
         explained = e2e.explain(job_id)
         assert explained.returncode == 0, explained.stderr[-2000:]
         assert f"Pending: Pending: {message}" in explained.stdout, explained.stdout
+        print(explained.stdout.split("---", 1)[0])
     finally:
         with contextlib.suppress(StackError):
             scancel(e2e, job_id)
