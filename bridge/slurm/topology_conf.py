@@ -19,13 +19,23 @@ What is refused, with the line: keys other than ``SwitchName``, ``Switches``, ``
 ``LinkSpeed`` (e.g. the block plugin's ``BlockName``), a switch named twice, with both or neither of
 ``Nodes`` and ``Switches``, a child switch that is not defined or has two parents, a node under two
 leaf switches, a cycle, and switch names that are not valid label values. Pure: text in, mapping out.
+
+From a shell, ``python -m bridge.slurm.topology_conf topology.conf --levels
+example.com/block,example.com/rack`` prints the Topology, the WorkloadMixing's
+``spec.slurm.topology`` for ``--switches=1`` and every node's labels, as YAML documents.
 """
 
 from __future__ import annotations
 
+import argparse
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+import yaml
 
 from bridge.slurmrest import hostlist
 
@@ -198,3 +208,40 @@ def map_topology_conf(
             node_labels[node][HOSTNAME_LEVEL] = node
     levels = (*level_labels, HOSTNAME_LEVEL) if hostname else tuple(level_labels)
     return SlurmTopologyMapping(levels=levels, node_labels=node_labels, switches_level=level_labels[-1])
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bridge.slurm.topology_conf",
+        description="Map Slurm's topology.conf (tree plugin) to a Kueue Topology and node labels.",
+    )
+    parser.add_argument("file", type=Path, help="the topology.conf")
+    parser.add_argument(
+        "--levels", required=True, help="node label of each switch tier, highest first, comma-separated"
+    )
+    parser.add_argument("--name", default="slurm-switches", help="the Topology's name")
+    parser.add_argument("--no-hostname", dest="hostname", action="store_false", help="no hostname level")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, *, out: TextIO = sys.stdout) -> int:
+    """Print the mapping of a topology.conf as YAML; 0, or 1 with the reason on stderr."""
+    options = _parser().parse_args(argv)
+    try:
+        text = options.file.read_text(encoding="utf-8")
+        labels = [label.strip() for label in options.levels.split(",") if label.strip()]
+        mapping = map_topology_conf(text, level_labels=labels, hostname=options.hostname)
+    except (OSError, TopologyConfError) as error:
+        print(f"topology_conf: error: {error}", file=sys.stderr)
+        return 1
+    out.write("# Kueue Topology (the ResourceFlavor names it: spec.topologyName)\n")
+    out.write(yaml.safe_dump(mapping.topology(options.name), sort_keys=False))
+    out.write("---\n# the WorkloadMixing's spec.slurm.topology: --switches=1 asks for one leaf switch\n")
+    out.write(yaml.safe_dump({"switches": {"required": mapping.switches_level}}, sort_keys=False))
+    out.write("---\n# node labels: kubectl label node <name> <key>=<value> ... --overwrite\n")
+    out.write(yaml.safe_dump({k: dict(v) for k, v in mapping.node_labels.items()}, sort_keys=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

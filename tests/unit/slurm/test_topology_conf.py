@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import io
+from pathlib import Path
+
 import pytest
+import yaml
 
 from bridge.api.mixing import WorkloadMixingSpec, resolve_slurm_topology
-from bridge.slurm.topology_conf import HOSTNAME_LEVEL, TopologyConfError, map_topology_conf, parse_switches
+from bridge.slurm.topology_conf import (
+    HOSTNAME_LEVEL,
+    TopologyConfError,
+    main,
+    map_topology_conf,
+    parse_switches,
+)
 
 BLOCK, RACK = "example.com/block", "example.com/rack"
 
@@ -111,3 +121,22 @@ def test_keys_are_case_insensitive_as_slurm_reads_them() -> None:
 def test_what_cannot_be_mapped_is_refused_with_where(text: str, labels: list[str], match: str) -> None:
     with pytest.raises(TopologyConfError, match=match):
         map_topology_conf(text, level_labels=labels)
+
+
+def test_the_command_prints_the_topology_the_mixing_entry_and_the_labels(tmp_path: Path) -> None:
+    conf = tmp_path / "topology.conf"
+    conf.write_text(TWO_TIERS)
+    out = io.StringIO()
+    assert main([str(conf), "--levels", f"{BLOCK},{RACK}", "--name", "site"], out=out) == 0
+    topology, mixing, labels = yaml.safe_load_all(out.getvalue())
+    assert topology["kind"] == "Topology"
+    assert topology["metadata"]["name"] == "site"
+    assert mixing == {"switches": {"required": RACK}}
+    assert labels["n3"] == {BLOCK: "block0", RACK: "rack1", HOSTNAME_LEVEL: "n3"}
+
+
+def test_the_command_says_what_is_wrong(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    conf = tmp_path / "topology.conf"
+    conf.write_text(TWO_TIERS)
+    assert main([str(conf), "--levels", RACK], out=io.StringIO()) == 1
+    assert "2 level label(s) needed, got 1" in capsys.readouterr().err
