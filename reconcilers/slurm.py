@@ -783,12 +783,15 @@ def _polite_comment(job: SlurmJob, text: str) -> tuple[Action, ...]:
 def _queue_text(wl: WorkloadView | None, position: QueuePosition | None = None) -> str | None:
     """What Kueue says of a Workload that waits, for the job's comment; None when it says nothing.
 
-    Numbers are dropped ("1 more needed"): they change as other jobs are admitted, and each change
-    would be one more write to slurmctld for every job in the queue. The position, where Kueue
-    serves it, is shown exactly near the head only (:func:`position_text`), for the same reason."""
+    Numbers are dropped ("1 more needed"; how many pods topology-aware scheduling could place now,
+    "allows to fit only 2 out of 3 pod(s)" -> "allows to fit only some of 3 pod(s)"): they change as
+    other jobs are admitted, and each change would be one more write to slurmctld for every job in the
+    queue. The position, where Kueue serves it, is shown exactly near the head only
+    (:func:`position_text`), for the same reason."""
     if wl is None or not (wl.reason or wl.message):
         return None
     message = re.sub(r",? *[0-9.]+[A-Za-z]* more needed", "", wl.message)
+    message = re.sub(r"allows to fit only \d+ out of (\d+)", r"allows to fit only some of \1", message)
     place = f" ({position_text(position)})" if position is not None else ""
     return _one_line(f"{COMMENT_PREFIX}queued in Kueue{place}: {wl.reason or 'Pending'}: {message}")
 

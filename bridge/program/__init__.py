@@ -6,7 +6,7 @@ the scaffolding of ``explain``. A bridge is a translator, a reconciler and a sho
   :func:`run_until_stopped`;
 - :class:`ProgramSettings` and the flag helpers of :mod:`.settings`;
 - :class:`LiveMixing`, :class:`DirectPublisher`;
-- :func:`run_explain`, :class:`ExplainContext`.
+- :func:`run_explain`, :class:`ExplainContext`, :func:`workload_lines`.
 """
 
 from .explain import (
@@ -16,6 +16,7 @@ from .explain import (
     ExplainContext,
     load_mixing_file,
     run_explain,
+    workload_lines,
 )
 from .live import DirectPublisher, LiveMixing
 from .settings import (
@@ -61,4 +62,5 @@ __all__ = [
     "program_name",
     "run_explain",
     "run_until_stopped",
+    "workload_lines",
 ]

@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from bridge.admission import WorkloadState, WorkloadView
 from bridge.api.mixing import API_VERSION, KIND, WorkloadMixing, WorkloadMixingSpec
 from bridge.mixing_config import LiveConfig
 from bridge.runtime.client import Client
@@ -33,6 +34,7 @@ __all__ = [
     "ExplainContext",
     "load_mixing_file",
     "run_explain",
+    "workload_lines",
 ]
 
 EXIT_SERVABLE = 0
@@ -57,6 +59,25 @@ def load_mixing_file(path: str) -> WorkloadMixingSpec:
     if isinstance(data, dict) and "spec" in data:
         return WorkloadMixing.model_validate(data).spec
     return WorkloadMixingSpec.model_validate(data or {})
+
+
+def workload_lines(workload: WorkloadView) -> list[str]:
+    """What Kueue decided for the job's Workload, as explain prints it: its state (with Kueue's reason
+    and message while it is not admitted), then each podSet's admission: pods, flavors and, when
+    topology-aware scheduling placed it, the domains (node-label values per level) and their pods."""
+    where = f" in ClusterQueue {workload.cluster_queue}" if workload.cluster_queue else ""
+    head = f"Kueue: Workload {workload.namespace}/{workload.name} {workload.state}{where}"
+    if workload.state is not WorkloadState.ADMITTED and (workload.reason or workload.message):
+        head += f": {workload.reason or '-'}: {workload.message}".rstrip(": ")
+    lines = [head]
+    for podset in workload.podsets:
+        flavors = ", ".join(f"{resource}={flavor}" for resource, flavor in sorted(podset.flavors.items()))
+        count = f"{podset.count} pod(s)" if podset.count is not None else "pods"
+        lines.append(f"  podset {podset.name}: {count}, flavors {flavors or '-'}")
+        for domain in podset.topology:
+            values = ", ".join(f"{level}={value}" for level, value in domain.values.items())
+            lines.append(f"    topology domain {values}: {domain.count} pod(s)")
+    return lines
 
 
 async def run_explain(

@@ -8,7 +8,9 @@ would wire them, and the wiring is the same for every e2e test, the demo and the
 - process-runner nodes (real pods: each pod's command runs in its own network namespace), labelled
   and tainted for one ResourceFlavor, so only Kueue-admitted pods of that flavor land there; kwok nodes
   beside them for Kubernetes workloads that need no process;
-- Kueue objects: the ResourceFlavor (nodeLabels select the runner nodes, tolerations pass the taint),
+- Kueue objects: the ResourceFlavor (nodeLabels select the runner nodes, tolerations pass the taint;
+  with topology levels in the settings, a Kueue Topology over the runner nodes' labels that the
+  flavor names, for topology-aware scheduling),
   a ClusterQueue with a small quota and in-queue preemption (in a cohort when the settings name one),
   the LocalQueue the bridged JobSets go to,
   and two WorkloadPriorityClasses (Slurm's, and a higher one for urgent Kubernetes work);
@@ -29,6 +31,7 @@ import os
 import re
 import shlex
 import signal
+import subprocess
 import sys
 import time
 import urllib.error
@@ -59,6 +62,7 @@ __all__ = [
     "local_queue_object",
     "priority_class_object",
     "processes_of_cluster",
+    "topology_object",
     "wait_for",
 ]
 
@@ -126,6 +130,17 @@ def cluster_queue_object(
     return f"{KUEUE}/clusterqueues", manifest
 
 
+def topology_object(name: str, *, levels: Sequence[str]) -> tuple[str, dict[str, Any]]:
+    """(collection path, manifest) of a Kueue Topology: ``levels`` are node labels, highest first."""
+    manifest = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Topology",
+        "metadata": {"name": name},
+        "spec": {"levels": [{"nodeLabel": level} for level in levels]},
+    }
+    return f"{KUEUE}/topologies", manifest
+
+
 def priority_class_object(name: str, *, value: int) -> tuple[str, dict[str, Any]]:
     """(collection path, manifest) of a Kueue WorkloadPriorityClass."""
     manifest = {
@@ -163,6 +178,26 @@ class E2ESettings:
     urgent_priority: str = "e2e-urgent"
     urgent_priority_value: int = 10000
     poll_interval_seconds: float = 1.0
+    runner_node_labels: tuple[Mapping[str, str], ...] = ()
+    """More labels of runner node ``i`` (``runner_node_labels[i]``), beyond the pool's: e.g. its block
+    and rack of a Kueue Topology. Nodes beyond the tuple get none."""
+    topology_levels: tuple[str, ...] = ()
+    """Node labels of the levels of a Kueue Topology (highest first, ``kubernetes.io/hostname`` last if
+    at all), named after the pool; the ResourceFlavor names it (``topologyName``), so Kueue places the
+    pods of its workloads topology-aware. Empty: no Topology."""
+    slurm_topology: Mapping[str, Any] | None = None
+    """The WorkloadMixing's ``spec.slurm.topology`` (``switches``, ``partitions``); None: none."""
+
+    def __post_init__(self) -> None:
+        if len(self.runner_node_labels) > self.runner_nodes:
+            raise ValueError(
+                f"labels for {len(self.runner_node_labels)} runner nodes, {self.runner_nodes} made"
+            )
+
+    @property
+    def topology(self) -> str | None:
+        """Name of the Kueue Topology over the runner nodes, None without ``topology_levels``."""
+        return self.pool if self.topology_levels else None
 
     @property
     def flavor(self) -> str:
@@ -448,6 +483,7 @@ class E2EStack:
                 "podTemplate": {"image": "k8s-bridge.local/slurmd-shim", "command": self.slurmd_command()},
                 "pollIntervalSeconds": s.poll_interval_seconds,
                 "limits": {"maxNodesPerJob": s.runner_nodes},
+                **({"topology": dict(s.slurm_topology)} if s.slurm_topology is not None else {}),
             },
             "shared": {"jobSetNamespace": s.namespace},
         }
@@ -457,22 +493,27 @@ class E2EStack:
         return WorkloadMixingSpec.model_validate(self.mixing_spec_dict())
 
     def kueue_objects(self) -> list[tuple[str, dict[str, Any]]]:
-        """(collection, manifest) of the ResourceFlavor, ClusterQueue, LocalQueue and priority classes."""
+        """(collection, manifest) of the Topology (with ``topology_levels``), ResourceFlavor,
+        ClusterQueue, LocalQueue and priority classes."""
         s = self.settings
         key, value = s.pool_label
+        flavor: dict[str, Any] = {
+            "nodeLabels": {key: value},
+            "tolerations": [{"key": key, "operator": "Equal", "value": value, "effect": "NoSchedule"}],
+        }
+        topology: list[tuple[str, dict[str, Any]]] = []
+        if s.topology is not None:
+            flavor["topologyName"] = s.topology
+            topology.append(topology_object(s.topology, levels=s.topology_levels))
         return [
+            *topology,
             (
                 f"{KUEUE}/resourceflavors",
                 {
                     "apiVersion": "kueue.x-k8s.io/v1beta2",
                     "kind": "ResourceFlavor",
                     "metadata": {"name": s.flavor},
-                    "spec": {
-                        "nodeLabels": {key: value},
-                        "tolerations": [
-                            {"key": key, "operator": "Equal", "value": value, "effect": "NoSchedule"}
-                        ],
-                    },
+                    "spec": flavor,
                 },
             ),
             cluster_queue_object(
@@ -620,6 +661,10 @@ class E2EStack:
         argv += ["--workdir", str(self.workdir / "runner"), "--cpu", self.settings.runner_cpu]
         argv += ["--memory", self.settings.runner_memory, "--label", f"{key}={value}"]
         argv += ["--taint", f"{key}={value}:NoSchedule"]
+        for name, labels in zip(self.runner_node_names, self.settings.runner_node_labels, strict=False):
+            argv += [f"--node-label={name}:{k}={v}" for k, v in labels.items()]
+        if os.environ.get("PYTHONPATH"):  # the pods' shims (slurmd_pod) run the test's sources too
+            argv += ["--env", f"PYTHONPATH={os.environ['PYTHONPATH']}"]
         self.runner = self.group.start("runner", argv, env={"PYTHONUNBUFFERED": "1"}, inherit_env=True)
         try:
             wait_nodes_ready(self.client, self.runner_node_names, timeout=60)
@@ -695,6 +740,19 @@ class E2EStack:
         )
         self.bridges.append(bridge)
         return bridge
+
+    def explain(self, job_id: int, *, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        """``python -m bridge.slurm explain <job_id>`` against this stack's WorkloadMixing, as an
+        operator would run it (the kubeconfig, the cluster's scontrol); its exit status and output."""
+        argv = [
+            sys.executable, "-m", "bridge.slurm", "explain", str(job_id),
+            "--kubeconfig", str(self.kube.kubeconfig), "--config", self.mixing_name,
+            *(["--scontrol-prefix", shlex.join(self.scontrol_prefix())] if self.scontrol_prefix() else []),
+        ]  # fmt: skip
+        environment = bridge_environment(os.environ, self.scontrol_env())
+        return subprocess.run(
+            argv, env=environment, capture_output=True, text=True, timeout=timeout, check=False
+        )
 
     # ---- observation -------------------------------------------------------------------------------
 

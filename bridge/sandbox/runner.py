@@ -175,6 +175,7 @@ __all__ = [
     "lock_node",
     "lock_workdir",
     "login_profile",
+    "node_label_options",
     "node_manifest",
     "node_status",
     "pod_argv",
@@ -1530,7 +1531,8 @@ class ProcessRunner:
     UTS and mount namespaces) and ``nsenter``/``unshare`` (util-linux).
 
     Options: ``resources`` (capacity = allocatable of each node, extended resources included),
-    ``labels`` and ``taints`` for the nodes (e.g. a ResourceFlavor's node labels); ``host_ip`` (the
+    ``labels`` and ``taints`` for the nodes (e.g. a ResourceFlavor's node labels), ``node_labels`` more
+    labels for single nodes by name (e.g. the rack and block of a Kueue Topology); ``host_ip`` (the
     nodes' InternalIP and the pods' hostIP); ``env`` added to every container's environment (which
     otherwise holds only PATH (the runner's, after the folder of its Python), HOME (the container's
     own), HOSTNAME and the container's own ``env``); ``cluster_dns`` (on by default) keeps the
@@ -1551,6 +1553,7 @@ class ProcessRunner:
         workdir: Path,
         resources: NodeResources | None = None,
         labels: Mapping[str, str] | None = None,
+        node_labels: Mapping[str, Mapping[str, str]] | None = None,
         taints: Sequence[Mapping[str, str]] = (),
         host_ip: str = "127.0.0.1",
         env: Mapping[str, str] | None = None,
@@ -1573,6 +1576,10 @@ class ProcessRunner:
         self.workdir = workdir
         self.resources = resources or NodeResources()
         self.labels = dict(labels or {})
+        unknown = sorted(set(node_labels or {}) - set(self.node_names))
+        if unknown:
+            raise ValueError(f"labels for nodes this runner does not serve: {unknown}")
+        self.node_labels = {name: dict(extra) for name, extra in (node_labels or {}).items()}
         self.taints = [dict(taint) for taint in taints]
         self.host_ip = host_ip
         self.base_env = {
@@ -1962,7 +1969,7 @@ class ProcessRunner:
         manifest = node_manifest(
             name=name,
             resources=self.resources,
-            labels=self.labels,
+            labels={**self.labels, **self.node_labels.get(name, {})},
             host_ip=self.host_ip,
             now=now_rfc3339(),
             taints=self.taints,
@@ -2066,6 +2073,18 @@ def _pairs(values: Sequence[str], what: str) -> dict[str, str]:
     return pairs
 
 
+def node_label_options(values: Sequence[str]) -> dict[str, dict[str, str]]:
+    """``--node-label NODE:KEY=VALUE`` options as node name -> labels (kubelet's ``--node-labels``, one
+    runner serving several nodes)."""
+    by_node: dict[str, dict[str, str]] = {}
+    for value in values:
+        node, sep, pair = value.partition(":")
+        if not sep or not node:
+            raise SystemExit(f"--node-label takes NODE:KEY=VALUE, got {value!r}")
+        by_node.setdefault(node, {}).update(_pairs([pair], "node-label"))
+    return by_node
+
+
 def _taints(values: Sequence[str]) -> list[dict[str, str]]:
     taints: list[dict[str, str]] = []
     for key, rest in _pairs(values, "taint").items():
@@ -2089,6 +2108,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--pods", default="110")
     parser.add_argument("--resource", action="append", default=[], help="extended resource NAME=COUNT")
     parser.add_argument("--label", action="append", default=[], help="node label KEY=VALUE")
+    parser.add_argument(
+        "--node-label", action="append", default=[], help="label of one node NODE:KEY=VALUE (repeatable)"
+    )
     parser.add_argument("--taint", action="append", default=[], help="node taint KEY=VALUE:EFFECT")
     parser.add_argument("--env", action="append", default=[], help="env KEY=VALUE for every container")
     parser.add_argument("--host-ip", default="127.0.0.1")
@@ -2118,6 +2140,7 @@ async def _serve(arguments: argparse.Namespace) -> None:
             extended=_pairs(arguments.resource, "resource"),
         ),
         labels=_pairs(arguments.label, "label"),
+        node_labels=node_label_options(arguments.node_label),
         taints=_taints(arguments.taint),
         env=_pairs(arguments.env, "env"),
         host_ip=arguments.host_ip,

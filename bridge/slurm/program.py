@@ -49,6 +49,7 @@ from bridge.program import (
     program_name,
     run_explain,
     run_until_stopped,
+    workload_lines,
 )
 from bridge.program.mappers import through_owner_jobset
 from bridge.runtime.client import Client
@@ -505,6 +506,9 @@ async def _explain_job(
         print(f"cannot be served ({result.code}): {result.reason}", file=out)
         print("  the job stays held, the reason goes into its comment, an Event on the "
               "WorkloadMixing", file=out)  # fmt: skip
+    if observed.workload is not None:
+        for line in workload_lines(observed.workload):
+            print(line, file=out)
     print(f"the bridge now: {decision.why}", file=out)
     for action in decision.actions:
         print(f"  action: {action.kind}", file=out)

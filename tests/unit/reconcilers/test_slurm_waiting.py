@@ -373,6 +373,22 @@ def test_a_queued_job_says_in_its_comment_what_kueue_says() -> None:
     assert same.actions == ()
 
 
+def test_a_job_no_topology_domain_can_hold_says_so_without_the_count_that_moves() -> None:
+    """Kueue's TAS message says how many pods fit now; that changes as other jobs come and go."""
+    wl = pending(
+        'couldn\'t assign flavors to pod set slurmd: topology "racks" allows to fit only 2 out of 3 pod(s)'
+    )
+    (comment,) = decide(observe(job(), js=jobset(), wl=wl)).actions
+    assert isinstance(comment, WriteComment)
+    assert comment.text == (
+        "k8s-bridge: queued in Kueue: Pending: couldn't assign flavors to pod set slurmd: "
+        'topology "racks" allows to fit only some of 3 pod(s)'
+    )
+    assert comment.event == ""  # it may fit once other jobs end
+    fewer = replace(wl, message=wl.message.replace("only 2 out", "only 1 out"))
+    assert decide(observe(job(comment=comment.text), js=jobset(), wl=fewer)).actions == ()
+
+
 def test_a_workload_kueue_can_never_admit_gets_its_reason_and_an_event() -> None:
     wl = pending("couldn't assign flavors to pod set slurmd: resource memory unavailable in ClusterQueue")
     (comment,) = decide(observe(job(), js=jobset(), wl=wl)).actions

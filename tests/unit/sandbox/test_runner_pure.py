@@ -13,6 +13,7 @@ from bridge.sandbox.runner import (
     RUNNER_LABEL,
     ContainerRun,
     NodeResources,
+    ProcessRunner,
     Termination,
     UnrunnableError,
     check_runnable,
@@ -22,6 +23,7 @@ from bridge.sandbox.runner import (
     expand,
     hosts_file,
     lease_manifest,
+    node_label_options,
     node_manifest,
     pod_argv,
     pod_hostname,
@@ -451,6 +453,29 @@ class TestNode:
             "PIDPressure": "False",
         }
         assert node["spec"] == {}
+
+    def test_node_label_options_group_by_node(self) -> None:
+        got = node_label_options(
+            ["n-0:example.com/rack=r0", "n-0:example.com/block=b0", "n-1:example.com/rack=r1"]
+        )
+        assert got == {
+            "n-0": {"example.com/rack": "r0", "example.com/block": "b0"},
+            "n-1": {"example.com/rack": "r1"},
+        }
+
+    @pytest.mark.parametrize("bad", ["example.com/rack=r0", ":a=b", "n-0:rack"])
+    def test_node_label_options_refuse_other_shapes(self, bad: str) -> None:
+        with pytest.raises(SystemExit, match=r"NODE:KEY=VALUE|KEY=VALUE"):
+            node_label_options([bad])
+
+    def test_labels_for_a_node_not_served_are_refused(self, tmp_path: Path) -> None:
+        with pytest.raises(ValueError, match="n-9"):
+            ProcessRunner(
+                kubeconfig=tmp_path / "kubeconfig",
+                node_names=["n-0"],
+                workdir=tmp_path,
+                node_labels={"n-9": {"example.com/rack": "r0"}},
+            )
 
     def test_lease_is_owned_by_the_node(self) -> None:
         lease = lease_manifest(
