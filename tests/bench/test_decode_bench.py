@@ -5,7 +5,8 @@ Run: ``python -m pytest tests/bench/test_decode_bench.py -s -p no:randomly``.
 
 - decode+cache: our reflector's chunk decoder feeding an informer (store, transform) in process, and
   end to end (aiohttp stream from a local server -> reflector -> store);
-- plain ``json.loads`` of the same lines, in memory, results dropped (the ceiling), and kept in a
+- plain ``json.loads`` of the same lines, in memory, results dropped (the anchor), the same with
+  ``orjson.loads`` (the decoder the runtime uses: the ceiling), and ``json.loads`` kept in a
   plain dict by key (what a naive cache costs: retained objects are what makes a cache slow);
 - kubernetes-asyncio's ``Watch().stream`` over the same local server (what Python operators use);
 - memory per cached object (tracemalloc), against the plain decoded dict with managedFields, for the
@@ -21,6 +22,7 @@ import tracemalloc
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import orjson
 import pytest
 from aiohttp import web
 from kubernetes_asyncio import client as k8s_client
@@ -151,6 +153,10 @@ async def measure(name: str, lines: list[bytes], resource: Resource, server: Str
         for line in lines:
             json.loads(line)
 
+    def plain_orjson() -> None:
+        for line in lines:
+            orjson.loads(line)
+
     def plain_cache() -> None:
         cache: dict[str, Any] = {}
         for line in lines:
@@ -163,6 +169,7 @@ async def measure(name: str, lines: list[bytes], resource: Resource, server: Str
         client = Client(session)
         for _ in range(ROUNDS):
             keep("plain json.loads", timed(plain))
+            keep("plain orjson.loads", timed(plain_orjson))
             keep("json.loads into a plain dict cache", timed(plain_cache))
             for label, transform in (
                 ("default", default_transform),
@@ -198,7 +205,7 @@ async def measure(name: str, lines: list[bytes], resource: Resource, server: Str
         print(f"  {label:34s} {value:10.0f} events/s   {value / plain_rate:5.2f}x json.loads")
     ours, theirs = rates["ours end-to-end (default)"], rates["kubernetes-asyncio Watch().stream"]
     print(
-        f"  RATIOS {name}: ours end-to-end / json.loads = {ours / plain_rate:.2f} (target >= 0.5); "
+        f"  RATIOS {name}: ours end-to-end / json.loads = {ours / plain_rate:.2f} (target >= 1.0); "
         f"ours end-to-end / kubernetes-asyncio Watch().stream = {ours / theirs:.1f} (target >= 10); "
         f"ours in-process / json.loads dict cache = "
         f"{rates['ours in-process (default)'] / rates['json.loads into a plain dict cache']:.2f}"
@@ -249,6 +256,6 @@ async def test_cache_memory_per_object() -> None:
                 per_object = memory_per_object(lines, build)
                 assert len(informer.store) == len(lines)
                 print(
-                    f"  {label:34s} {per_object / 1024:7.1f} KiB   {per_object / plain:.2f}x (target <= 0.7)"
+                    f"  {label:34s} {per_object / 1024:7.1f} KiB   {per_object / plain:.2f}x (target <= 0.5)"
                 )
                 del informer
