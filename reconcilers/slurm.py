@@ -242,10 +242,10 @@ class Action:
 
     kind: ClassVar[str] = "action"
     slurm_write: ClassVar[bool] = False
-    """Writes to the Slurm job: the job source polls at once afterwards (unless ``poll_after`` is
-    False), so the next reconcile sees the effect."""
+    """Writes to the Slurm job: the job source reads the job again at once afterwards (unless
+    ``poll_after`` is False), so the next reconcile sees the effect."""
     poll_after: ClassVar[bool] = True
-    """After a Slurm write, poll the job source at once rather than at the next interval."""
+    """After a Slurm write, read the job again at once rather than wait for the next list."""
     node_write: ClassVar[bool] = False
     """Changes Slurm nodes: the node source polls at once afterwards (when the reconciler has its
     trigger), so the next reconcile sees them gone or DOWN."""
@@ -1382,7 +1382,9 @@ class JobSource(Protocol):
         """Any job of the last poll, in whatever partition (None: not in slurmctld)."""
         ...
 
-    def trigger(self) -> None: ...
+    def refresh(self, job_id: int) -> None:
+        """The bridge wrote this job: read it again at once (alone, not the whole list)."""
+        ...
 
 
 class CommentBudget:
@@ -1803,7 +1805,7 @@ class SlurmReconciler:
             raise
         self._metrics.actions.labels(action.kind, "ok").inc()
         if action.slurm_write and action.poll_after:
-            self._jobs.trigger()  # see the effect at the next poll, now
+            self._jobs.refresh(o.job_id)  # see the effect now: this job read again, not every job
         if action.node_write and self._nodes_trigger is not None:
             # The node source would show the deleted nodes until its next poll, and every event of the
             # job meanwhile would delete them again (an scontrol call each on 22.05).

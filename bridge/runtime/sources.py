@@ -112,7 +112,11 @@ class PolledSource(Dispatcher):
                 )
                 await self._wait(delay)
                 continue
-            await self._wait(self.interval)
+            await self._wait(self.delay_after_poll())
+
+    def delay_after_poll(self) -> float:
+        """Seconds to wait after a successful poll (``interval``; a subclass may shorten it)."""
+        return self.interval
 
     async def _wait(self, delay: float) -> None:
         """Sleep ``delay`` seconds unless :meth:`trigger` wakes us first."""

@@ -85,7 +85,7 @@ class Config:
 class Jobs:
     def __init__(self, *jobs: SlurmJob) -> None:
         self.jobs = {j.job_id: j for j in jobs}
-        self.triggers = 0
+        self.refreshed: list[int] = []
 
     def job(self, job_id: int) -> SlurmJob | None:
         return self.jobs.get(job_id)
@@ -93,8 +93,8 @@ class Jobs:
     def any_job(self, job_id: int) -> SlurmJob | None:
         return self.jobs.get(job_id)
 
-    def trigger(self) -> None:
-        self.triggers += 1
+    def refresh(self, job_id: int) -> None:
+        self.refreshed.append(job_id)
 
 
 class FakeSlurm:
@@ -357,7 +357,7 @@ async def test_admitted_with_nodes_pins_after_a_fresh_read_and_measures_latency(
     await w.reconcile()
     assert ("get_job", 42) in w.slurm.calls
     assert w.slurm.calls[-1] == ("pin", 42, ("b42-0", "b42-1"), "bridge-job-42", None)
-    assert w.jobs.triggers == 1
+    assert w.jobs.refreshed == [42]
     assert w.metric("k8s_bridge_slurm_held_to_admitted_seconds_count") == 1
     assert w.metric("k8s_bridge_slurm_actions_total", action="pin_and_release", result="ok") == 1
 
@@ -640,7 +640,7 @@ async def test_a_guard_hold_makes_the_job_source_poll_at_once() -> None:
     w = World(held(hold=False, state_reason="Priority"))
     await w.reconcile()
     assert w.slurm.calls == [("get_job", 42), ("hold", 42)]
-    assert w.jobs.triggers == 1
+    assert w.jobs.refreshed == [42]
 
 
 async def test_a_refused_guard_hold_is_retried() -> None:
@@ -685,7 +685,7 @@ async def test_a_user_held_job_gets_its_jobset_then_the_admin_hold_without_a_fre
     assert w.slurm.admin_comments == [(42, "k8s-bridge: held")]  # with the hold: the bridge's mark
     # No poll at once for the conversion: nothing waits on seeing it, and in a burst of held jobs
     # slurmctld would list every job back to back.
-    assert w.jobs.triggers == 0
+    assert w.jobs.refreshed == []
     assert w.metric("k8s_bridge_slurm_actions_total", action="convert_hold", result="ok") == 1
     assert w.reconciler.phases == {"hpc/42": "queued"}
 
