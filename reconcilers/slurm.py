@@ -284,7 +284,14 @@ class DeleteJobSet(Action):
     that wait: with background propagation it is gone as soon as the bridge's finalizer is, and the
     collector deletes its suspended Jobs afterwards. A foreground deletion waits on the collector's
     rate-limited retries of the owner (an exponential per-object backoff in kube-controller-manager),
-    which for a burst of hundreds of cancelled queued jobs kept their JobSets for many minutes."""
+    which for a burst of hundreds of cancelled queued jobs kept their JobSets for many minutes.
+
+    Once no pod of a JobSet deleted in the foreground is left, the bridge deletes it again in the
+    background, which takes the collector's ``foregroundDeletion`` finalizer off: what else it waits
+    for is Kueue's Workload (owned by the JobSet, ``blockOwnerDeletion``), and Kueue 0.17 finalizes
+    that Workload only once its owner is gone, so neither would ever go (admitted jobs' JobSets
+    after a mass cancel, kept past every wait). Its Jobs and the Workload are then collected as
+    orphans of a deleted owner."""
 
     kind: ClassVar[str] = "delete_jobset"
     foreground: bool = True
@@ -694,6 +701,8 @@ def _cleanup(
     pods_possible = _unseen_nodes_could_exist(o)
     if js is not None and delete_jobset and not js.deleting:
         actions.append(DeleteJobSet(foreground=pods_possible))
+    elif js is not None and delete_jobset and js.waits_for_dependents and not o.pods.present:
+        actions.append(DeleteJobSet(foreground=False))  # its pods are gone: the wait is over
     # The nodes the node source has seen, and the names recorded on the JobSet whenever one of them
     # could exist unseen (registered after the last node poll): those must not leak when the
     # finalizer goes. A node that registers after this pass is seen at the next node poll, which

@@ -1128,3 +1128,20 @@ def test_only_the_bridges_own_pin_is_ever_cleared(
             assert type(action) is Hold  # never the hold conversion of a held job
             assert set(action.unpin) == set(NAMES)
             assert the_job.is_pinned_to(NAMES, FEATURE)
+
+
+@pytest.mark.parametrize(
+    ("pods", "again"),
+    [(PodsView(), True), (PodsView(present=1), False), (PodsView(active=1, present=1), False)],
+    ids=["no pod left", "a terminating pod", "an active pod"],
+)
+def test_a_foreground_deletion_with_no_pod_left_is_ended_in_the_background(
+    pods: PodsView, again: bool
+) -> None:
+    """An admitted job's JobSet deleted in the foreground waits for Kueue's Workload, which Kueue
+    finalizes only once the JobSet is gone: once none of its pods is left the bridge deletes it again
+    in the background (the collector's finalizer goes), not before."""
+    js = replace(jobset(state=JobSetState.ACTIVE), deleting=True, waits_for_dependents=True)
+    d = decide(observe(None, js=js, wl=workload(WorkloadState.ADMITTED), pods=pods, has_finalizer=False))
+    assert (DeleteJobSet(foreground=False) in d.actions) is again
+    assert DeleteJobSet(foreground=True) not in d.actions
