@@ -219,16 +219,19 @@ class Store:
             obj = transform(raw) if transform is not None else raw
             fresh[key_func(obj)] = obj
         items = self._items
-        vanished = [items[k] for k in items.keys() - fresh.keys()]
+        gone = items.keys() - fresh.keys()
+        vanished = [items[k] for k in gone]
         changes = [(items.get(k), obj) for k, obj in fresh.items()]
-        self._items = fresh
         if self._indexers:
-            for name, func in self._indexers.items():
-                index: dict[str, set[str]] = {}
-                for key, obj in fresh.items():
-                    for value in func(obj):
-                        index.setdefault(value, set()).add(key)
-                self._indices[name] = index
+            # Only what changed is indexed again: a polled source hands back the very objects it
+            # stored for what did not change, so a list of thousands with a few changes costs a few.
+            for key in gone:
+                self._reindex(key, items[key], None)
+            for key, obj in fresh.items():
+                old = items.get(key)
+                if old is not obj:
+                    self._reindex(key, old, obj)
+        self._items = fresh
         return vanished, changes
 
     def _reindex(self, key: str, old: Object | None, new: Object | None) -> None:

@@ -91,7 +91,7 @@ class PolledSource(Dispatcher):
             if old is None:
                 for handler in handlers:
                     self._call(handler.on_add, new, is_initial_list=initial)
-            elif old != new:
+            elif old is not new and old != new:
                 for handler in handlers:
                     self._call(handler.on_update, old, new)
         self._synced.set()

@@ -196,6 +196,8 @@ class SlurmJobSource(_RecoveringSource):
         self._by_id: dict[int, SlurmJob] | None = None
         self._filter: _Filter | None = None
         self._objects: dict[int, Object] = {}
+        self._dropped: dict[int, SlurmJob] = {}
+        """Jobs of the last list the filter left out, by id."""
         self._due: set[int] = set()
         """Jobs written since the last poll: read alone at the next one unless a list is due."""
         self._read: dict[int, SlurmJob] = {}
@@ -262,21 +264,38 @@ class SlurmJobSource(_RecoveringSource):
                 read = True
         return self._filtered(current) if read else NOT_MODIFIED
 
-    def _filtered(self, current: _Filter) -> list[Object]:
+    def _filtered(self, current: _Filter) -> list[Object] | NotModified:
+        """The jobs ``current`` keeps, as store objects; NOT_MODIFIED when they are the stored ones.
+
+        An unchanged job is the very object of the last list (``KnownJobs``): under the same filter
+        its verdict and its store object are the last ones, with no look at its partitions, so a list
+        of thousands of unchanged jobs costs a dictionary lookup each and no diff at all."""
+        same = current == self._filter
         self._filter = current
         cluster, partitions, bridged = current
-        # An unchanged job is the very object of the last list (``KnownJobs``): its store object is
-        # reused too, so the store's diff sees the same object and delivers no event for it.
-        before = self._objects
+        before, dropped = self._objects, self._dropped
         read = self._read
         objects: dict[int, Object] = {}
+        left_out: dict[int, SlurmJob] = {}
+        changed = not same
         for listed in self._jobs or ():
             job = read.get(listed.job_id, listed) if read else listed
-            if job.job_id in bridged or any(p in partitions for p in job.partitions):
-                obj = before.get(job.job_id)
+            job_id = job.job_id
+            obj = before.get(job_id)
+            if same and obj is not None and obj["job"] is job:
+                objects[job_id] = obj
+            elif same and dropped.get(job_id) is job:
+                left_out[job_id] = job
+            elif job_id in bridged or any(p in partitions for p in job.partitions):
                 if obj is None or obj["job"] is not job or obj["metadata"]["namespace"] != cluster:
                     obj = job_object(cluster, job)
-                objects[job.job_id] = obj
+                    changed = True
+                objects[job_id] = obj
+            else:
+                left_out[job_id] = job
+        self._dropped = left_out
+        if not changed and objects.keys() == before.keys() and self.has_synced():
+            return NOT_MODIFIED
         self._objects = objects
         return list(objects.values())
 

@@ -201,6 +201,17 @@ async def test_a_written_job_gone_from_slurmctld_is_left_to_the_next_list() -> N
     assert src.job(1) == sjob(1)
 
 
+async def test_a_list_of_the_very_same_jobs_is_no_diff_at_all() -> None:
+    """Slurm said something changed, but every job of the list is the last list's object (what changed
+    was another partition's job, or a field no adapter reads): no store diff, no event."""
+    same = [sjob(i) for i in range(1, 4)]
+    slurm = FakeSlurm([page(*same, sjob(9, "debug")), page(*same, sjob(9, "debug", comment="x"))])
+    src = job_source(slurm)
+    await src.poll_once()
+    assert isinstance(await src._list(), NotModified)
+    assert sorted(src.store.keys()) == ["hpc/1", "hpc/2", "hpc/3"]
+
+
 async def test_without_a_configuration_there_is_no_request() -> None:
     slurm = FakeSlurm([page(sjob(1))])
     src = job_source(slurm, cluster="")
