@@ -147,6 +147,7 @@ __all__ = [
     "ConvertHold",
     "CreateJobSet",
     "Decision",
+    "DeleteChildJobs",
     "DeleteJobSet",
     "DeleteNodes",
     "DownNodes",
@@ -295,6 +296,17 @@ class DeleteJobSet(Action):
 
     kind: ClassVar[str] = "delete_jobset"
     foreground: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeleteChildJobs(Action):
+    """Delete the Jobs of a JobSet deleted in the foreground, in the background: their pods then go
+    as orphans at once. The collector reaches a foreground deletion's Jobs only through its
+    exponentially backed-off retries of the JobSet: after a mass cancel, pods that Kueue started in
+    the freed quota before the bridge deleted their JobSets ran on for minutes."""
+
+    kind: ClassVar[str] = "delete_child_jobs"
+    names: tuple[str, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -556,6 +568,8 @@ class Observed:
     """``status.completedIndexes`` of the JobSet's Job: slurmd pods that ended with 0 (a slurmd that
     Slurm itself stopped, or one of an older bridge, whose slurmd exited 0 on SIGTERM), which the Job
     never replaces. Kept by the Job after the pod itself is gone."""
+    live_child_jobs: tuple[str, ...] = ()
+    """Names of the JobSet's own Jobs not being deleted (the collector has not come round to them)."""
     stale_child_jobs: int = 0
     """Jobs of the job's key that no current JobSet owns: a deleted JobSet's, not collected yet. JobSet
     adopts child Jobs by the owner's name, so a JobSet made again under that name before they go
@@ -701,8 +715,11 @@ def _cleanup(
     pods_possible = _unseen_nodes_could_exist(o)
     if js is not None and delete_jobset and not js.deleting:
         actions.append(DeleteJobSet(foreground=pods_possible))
-    elif js is not None and delete_jobset and js.waits_for_dependents and not o.pods.present:
-        actions.append(DeleteJobSet(foreground=False))  # its pods are gone: the wait is over
+    elif js is not None and delete_jobset and js.waits_for_dependents:
+        if not o.pods.present:
+            actions.append(DeleteJobSet(foreground=False))  # its pods are gone: the wait is over
+        elif o.live_child_jobs:
+            actions.append(DeleteChildJobs(names=o.live_child_jobs))
     # The nodes the node source has seen, and the names recorded on the JobSet whenever one of them
     # could exist unseen (registered after the last node poll): those must not leak when the
     # finalizer goes. A node that registers after this pass is seen at the next node poll, which
@@ -1546,6 +1563,11 @@ class SlurmObserver:
             completed_indexes=_completed_indexes(child_jobs),
             failed_pods=_failed_pods(child_jobs),
             stale_child_jobs=len(all_child_jobs) - len(child_jobs),
+            live_child_jobs=tuple(
+                str(j["metadata"].get("name", ""))
+                for j in child_jobs
+                if "deletionTimestamp" not in j["metadata"]
+            ),
             bridged_jobs=self._bridged_jobs(cluster)
             if slurm is not None and slurm.limits.max_bridged_jobs
             else 0,
@@ -1834,6 +1856,7 @@ class SlurmReconciler:
             CreateJobSet: self._create_jobset,
             AddFinalizer: self._add_finalizer,
             RemoveFinalizer: self._remove_finalizer,
+            DeleteChildJobs: self._delete_child_jobs,
             DeleteJobSet: self._delete_jobset,
             DrainNodes: self._drain_nodes,
             DownNodes: self._down_nodes,
@@ -1886,6 +1909,13 @@ class SlurmReconciler:
             propagation_policy="Foreground" if action.foreground else "Background",
             missing_ok=True,
         )
+
+    async def _delete_child_jobs(self, o: Observed, raw_js: Object | None, action: DeleteChildJobs) -> None:
+        namespace = raw_js["metadata"].get("namespace") if raw_js is not None else None
+        for name in action.names:
+            await self._client.delete(
+                "batch/v1", "Job", name, namespace=namespace, propagation_policy="Background", missing_ok=True
+            )
 
     async def _drain_nodes(self, o: Observed, raw_js: Object | None, action: DrainNodes) -> None:
         for name in action.names:

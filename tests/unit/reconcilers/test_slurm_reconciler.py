@@ -971,3 +971,23 @@ async def test_node_changes_poll_the_node_source_at_once() -> None:
             store.pop(store.key_of(obj))
     await w.reconcile()  # nothing left about nodes: no poll
     assert w.node_polls.count == 0
+
+
+async def test_a_foreground_deletion_with_running_pods_deletes_their_jobs_in_the_background() -> None:
+    """The job was cancelled and its JobSet deleted in the foreground, but a pod Kueue started in the
+    freed quota still runs: its Job is deleted in the background (the pod then goes as an orphan),
+    and once no pod is left the JobSet is deleted again in the background."""
+    w = World()  # the job is gone from slurmctld
+    w.add_jobset(jobset_object(deleting=True, suspended=False, finalizers=["foregroundDeletion"]))
+    w.workloads.put(workload_object(admitted=True))
+    labels = child_job(owner_uid="js-uid", failed=0)["metadata"]["labels"]
+    meta = {"name": "slurm-hpc-42-0", "namespace": "default", "labels": dict(labels)}
+    pod = {"apiVersion": "v1", "kind": "Pod", "status": {"phase": "Running"}, "metadata": meta}
+    w.pods.put(pod)
+    w.child_jobs.put(child_job(owner_uid="js-uid", failed=0))
+    await w.reconcile()
+    assert ("delete", "Job", "slurm-hpc-42-slurmd-js-uid", "Background") in w.kube.calls
+    assert ("delete", "JobSet", "slurm-hpc-42", "Background") not in w.kube.calls
+    w.pods.pop(w.pods.key_of(pod))
+    await w.reconcile()
+    assert ("delete", "JobSet", "slurm-hpc-42", "Background") in w.kube.calls
