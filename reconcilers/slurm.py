@@ -1434,6 +1434,9 @@ class CommentBudget:
         self._tokens = burst
         self._at = clock()
         self._last: dict[str, float] = {}
+        self._waiting: dict[str, float] = {}
+        """Jobs refused a comment, when last refused: the backlog :meth:`retry` spreads."""
+        self._pruned = self._at
 
     def _refill(self) -> float:
         now = self._clock()
@@ -1448,7 +1451,26 @@ class CommentBudget:
         overall = 0.0 if self._tokens >= 1 else (1 - self._tokens) / self._rate
         return max(0.0, per_job, overall)
 
+    def retry(self, key: str, wait: float) -> float:
+        """When ``key``, refused now (``wait``: what :meth:`wait` said), should look again: at least a
+        second from now, and not before its turn in the backlog of refused jobs.
+
+        Each refused job retrying once a second would reconcile the whole backlog every second (a
+        deep queue whose places moved: a thousand reconciles a second for five writes, and the
+        bridge's CPU in proportion to the queue); spread over ``backlog / rate`` seconds, the looks
+        at refused jobs come about as often as the budget can write."""
+        now = self._clock()
+        waiting = self._waiting
+        waiting[key] = now
+        if now - self._pruned >= 1.0:  # jobs that stopped asking (admitted, gone) leave the backlog
+            horizon = 2 * len(waiting) / self._rate + self._per_job
+            for old in [k for k, at in waiting.items() if now - at > horizon]:
+                del waiting[old]
+            self._pruned = now
+        return max(1.0, wait, len(waiting) / self._rate)
+
     def spend(self, key: str) -> None:
+        self._waiting.pop(key, None)
         self._last[key] = self._refill()
         self._tokens -= 1
         if len(self._last) > 65536:  # forget the oldest half: jobs long gone
@@ -1457,6 +1479,7 @@ class CommentBudget:
 
     def forget(self, key: str) -> None:
         self._last.pop(key, None)
+        self._waiting.pop(key, None)
 
 
 class SlurmObserver:
@@ -1481,6 +1504,7 @@ class SlurmObserver:
         self.pods = pods
         self.nodes = nodes
         self.child_jobs = child_jobs if child_jobs is not None else Store(indexers={INDEX_JOB: pod_job_keys})
+        self._bridged_count: tuple[tuple[int, str], int] | None = None
         self._options = options
         self._wall_clock = wall_clock
 
@@ -1579,8 +1603,13 @@ class SlurmObserver:
         return observed, raw_js
 
     def _bridged_jobs(self, cluster: str) -> int:
-        """JobSets of this Slurm cluster (the informer may hold other clusters' too)."""
-        return sum(1 for key in self.jobsets.index_values(INDEX_JOB) if key.startswith(f"{cluster}/"))
+        """JobSets of this Slurm cluster (the informer may hold other clusters' too): counted again only
+        when the JobSet store changed, not at every reconcile (a count over every JobSet)."""
+        at = (self.jobsets.generation, cluster)
+        if self._bridged_count is None or self._bridged_count[0] != at:
+            count = sum(1 for key in self.jobsets.index_values(INDEX_JOB) if key.startswith(f"{cluster}/"))
+            self._bridged_count = (at, count)
+        return self._bridged_count[1]
 
 
 class SlurmReconciler:
@@ -1682,7 +1711,7 @@ class SlurmReconciler:
             observed = replace(observed, hold_converted=True)
         wait = self._comments.wait(key)
         if wait > 0:
-            observed = replace(observed, comment_due=False, comment_retry=max(1.0, wait))
+            observed = replace(observed, comment_due=False, comment_retry=self._comments.retry(key, wait))
         return observed, raw_js
 
     async def _reservations_for(self, job: SlurmJob | None) -> Mapping[str, SlurmReservation] | None:

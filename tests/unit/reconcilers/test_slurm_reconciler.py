@@ -944,6 +944,30 @@ async def test_max_bridged_jobs_counts_only_this_clusters_jobsets() -> None:
     assert w.kube.calls == []  # the limit is reached for hpc
 
 
+async def test_the_bridged_jobs_are_counted_again_only_when_the_jobsets_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A count over every JobSet at each reconcile made a deep queue cost in proportion to its square."""
+    one = WorkloadMixingSpec.model_validate({"slurm": slurm_spec(limits={"maxBridgedJobs": 5})})
+    w = World(held(), spec=one)
+    w.add_jobset(jobset_object())
+    counts = 0
+    index_values = Store.index_values
+
+    def counting(store: Store, index: str) -> list[str]:
+        nonlocal counts
+        counts += store is w.jobsets
+        return index_values(store, index)
+
+    monkeypatch.setattr(Store, "index_values", counting)
+    await w.reconcile()
+    await w.reconcile()
+    assert counts == 1
+    w.jobsets.put(jobset_object(suspended=False))
+    await w.reconcile()
+    assert counts == 2
+
+
 async def test_the_hold_is_converted_once_though_the_source_shows_it_a_poll_later() -> None:
     """The conversion does not poll at once: every event of the queued job until the next poll would
     convert again, one write to slurmctld each."""

@@ -158,3 +158,16 @@ def test_replace_indexes_again_only_the_objects_that_are_not_the_stored_ones() -
     assert sorted(calls) == ["c49", "c7", "c7"]  # before and after for each
     assert store.index_keys("team", "b") == ["ns/c7"]
     assert len(store.index_keys("team", "a")) == 48
+
+
+def test_every_change_of_the_store_moves_its_generation() -> None:
+    store = Store(key_func=meta_namespace_key, transform=None)
+    seen = [store.generation]
+    obj: Object = {"metadata": {"namespace": "ns", "name": "a"}}
+    store.put(obj)
+    seen.append(store.generation)
+    store.replace([obj])
+    seen.append(store.generation)
+    store.pop("ns/a")
+    seen.append(store.generation)
+    assert seen == sorted(set(seen))
