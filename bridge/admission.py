@@ -458,6 +458,9 @@ class JobSetView:
     """Child Jobs whose pods are all ready (``replicatedJobsStatus[].ready`` summed)."""
     reason: str = ""
     message: str = ""
+    waits_for_dependents: bool = False
+    """Being deleted in the foreground: the garbage collector's ``foregroundDeletion`` finalizer keeps
+    it until its dependents (Jobs, pods, Kueue's Workload) are gone."""
     managed_by: str = ""
     """``spec.managedBy``: empty (or JobSet's own controller) when this cluster's JobSet controller
     runs it; Kueue's MultiKueue when a worker cluster does, and only its status is mirrored here."""
@@ -505,4 +508,5 @@ def describe_jobset(jobset: Mapping[str, Any]) -> JobSetView:
         reason=deciding.reason if deciding is not None else "",
         message=deciding.message if deciding is not None else "",
         managed_by=str((jobset.get("spec") or {}).get("managedBy") or ""),
+        waits_for_dependents="foregroundDeletion" in (metadata.get("finalizers") or ()),
     )

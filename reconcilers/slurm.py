@@ -147,6 +147,7 @@ __all__ = [
     "ConvertHold",
     "CreateJobSet",
     "Decision",
+    "DeleteChildJobs",
     "DeleteJobSet",
     "DeleteNodes",
     "DownNodes",
@@ -242,10 +243,10 @@ class Action:
 
     kind: ClassVar[str] = "action"
     slurm_write: ClassVar[bool] = False
-    """Writes to the Slurm job: the job source polls at once afterwards (unless ``poll_after`` is
-    False), so the next reconcile sees the effect."""
+    """Writes to the Slurm job: the job source reads the job again at once afterwards (unless
+    ``poll_after`` is False), so the next reconcile sees the effect."""
     poll_after: ClassVar[bool] = True
-    """After a Slurm write, poll the job source at once rather than at the next interval."""
+    """After a Slurm write, read the job again at once rather than wait for the next list."""
     node_write: ClassVar[bool] = False
     """Changes Slurm nodes: the node source polls at once afterwards (when the reconciler has its
     trigger), so the next reconcile sees them gone or DOWN."""
@@ -284,10 +285,28 @@ class DeleteJobSet(Action):
     that wait: with background propagation it is gone as soon as the bridge's finalizer is, and the
     collector deletes its suspended Jobs afterwards. A foreground deletion waits on the collector's
     rate-limited retries of the owner (an exponential per-object backoff in kube-controller-manager),
-    which for a burst of hundreds of cancelled queued jobs kept their JobSets for many minutes."""
+    which for a burst of hundreds of cancelled queued jobs kept their JobSets for many minutes.
+
+    Once no pod of a JobSet deleted in the foreground is left, the bridge deletes it again in the
+    background, which takes the collector's ``foregroundDeletion`` finalizer off: what else it waits
+    for is Kueue's Workload (owned by the JobSet, ``blockOwnerDeletion``), and Kueue 0.17 finalizes
+    that Workload only once its owner is gone, so neither would ever go (admitted jobs' JobSets
+    after a mass cancel, kept past every wait). Its Jobs and the Workload are then collected as
+    orphans of a deleted owner."""
 
     kind: ClassVar[str] = "delete_jobset"
     foreground: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeleteChildJobs(Action):
+    """Delete the Jobs of a JobSet deleted in the foreground, in the background: their pods then go
+    as orphans at once. The collector reaches a foreground deletion's Jobs only through its
+    exponentially backed-off retries of the JobSet: after a mass cancel, pods that Kueue started in
+    the freed quota before the bridge deleted their JobSets ran on for minutes."""
+
+    kind: ClassVar[str] = "delete_child_jobs"
+    names: tuple[str, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -549,6 +568,8 @@ class Observed:
     """``status.completedIndexes`` of the JobSet's Job: slurmd pods that ended with 0 (a slurmd that
     Slurm itself stopped, or one of an older bridge, whose slurmd exited 0 on SIGTERM), which the Job
     never replaces. Kept by the Job after the pod itself is gone."""
+    live_child_jobs: tuple[str, ...] = ()
+    """Names of the JobSet's own Jobs not being deleted (the collector has not come round to them)."""
     stale_child_jobs: int = 0
     """Jobs of the job's key that no current JobSet owns: a deleted JobSet's, not collected yet. JobSet
     adopts child Jobs by the owner's name, so a JobSet made again under that name before they go
@@ -694,6 +715,11 @@ def _cleanup(
     pods_possible = _unseen_nodes_could_exist(o)
     if js is not None and delete_jobset and not js.deleting:
         actions.append(DeleteJobSet(foreground=pods_possible))
+    elif js is not None and delete_jobset and js.waits_for_dependents:
+        if not o.pods.present:
+            actions.append(DeleteJobSet(foreground=False))  # its pods are gone: the wait is over
+        elif o.live_child_jobs:
+            actions.append(DeleteChildJobs(names=o.live_child_jobs))
     # The nodes the node source has seen, and the names recorded on the JobSet whenever one of them
     # could exist unseen (registered after the last node poll): those must not leak when the
     # finalizer goes. A node that registers after this pass is seen at the next node poll, which
@@ -1382,7 +1408,9 @@ class JobSource(Protocol):
         """Any job of the last poll, in whatever partition (None: not in slurmctld)."""
         ...
 
-    def trigger(self) -> None: ...
+    def refresh(self, job_id: int) -> None:
+        """The bridge wrote this job: read it again at once (alone, not the whole list)."""
+        ...
 
 
 class CommentBudget:
@@ -1406,6 +1434,9 @@ class CommentBudget:
         self._tokens = burst
         self._at = clock()
         self._last: dict[str, float] = {}
+        self._waiting: dict[str, float] = {}
+        """Jobs refused a comment, when last refused: the backlog :meth:`retry` spreads."""
+        self._pruned = self._at
 
     def _refill(self) -> float:
         now = self._clock()
@@ -1420,7 +1451,26 @@ class CommentBudget:
         overall = 0.0 if self._tokens >= 1 else (1 - self._tokens) / self._rate
         return max(0.0, per_job, overall)
 
+    def retry(self, key: str, wait: float) -> float:
+        """When ``key``, refused now (``wait``: what :meth:`wait` said), should look again: at least a
+        second from now, and not before its turn in the backlog of refused jobs.
+
+        Each refused job retrying once a second would reconcile the whole backlog every second (a
+        deep queue whose places moved: a thousand reconciles a second for five writes, and the
+        bridge's CPU in proportion to the queue); spread over ``backlog / rate`` seconds, the looks
+        at refused jobs come about as often as the budget can write."""
+        now = self._clock()
+        waiting = self._waiting
+        waiting[key] = now
+        if now - self._pruned >= 1.0:  # jobs that stopped asking (admitted, gone) leave the backlog
+            horizon = 2 * len(waiting) / self._rate + self._per_job
+            for old in [k for k, at in waiting.items() if now - at > horizon]:
+                del waiting[old]
+            self._pruned = now
+        return max(1.0, wait, len(waiting) / self._rate)
+
     def spend(self, key: str) -> None:
+        self._waiting.pop(key, None)
         self._last[key] = self._refill()
         self._tokens -= 1
         if len(self._last) > 65536:  # forget the oldest half: jobs long gone
@@ -1429,6 +1479,7 @@ class CommentBudget:
 
     def forget(self, key: str) -> None:
         self._last.pop(key, None)
+        self._waiting.pop(key, None)
 
 
 class SlurmObserver:
@@ -1453,6 +1504,7 @@ class SlurmObserver:
         self.pods = pods
         self.nodes = nodes
         self.child_jobs = child_jobs if child_jobs is not None else Store(indexers={INDEX_JOB: pod_job_keys})
+        self._bridged_count: tuple[tuple[int, str], int] | None = None
         self._options = options
         self._wall_clock = wall_clock
 
@@ -1535,6 +1587,11 @@ class SlurmObserver:
             completed_indexes=_completed_indexes(child_jobs),
             failed_pods=_failed_pods(child_jobs),
             stale_child_jobs=len(all_child_jobs) - len(child_jobs),
+            live_child_jobs=tuple(
+                str(j["metadata"].get("name", ""))
+                for j in child_jobs
+                if "deletionTimestamp" not in j["metadata"]
+            ),
             bridged_jobs=self._bridged_jobs(cluster)
             if slurm is not None and slurm.limits.max_bridged_jobs
             else 0,
@@ -1546,8 +1603,13 @@ class SlurmObserver:
         return observed, raw_js
 
     def _bridged_jobs(self, cluster: str) -> int:
-        """JobSets of this Slurm cluster (the informer may hold other clusters' too)."""
-        return sum(1 for key in self.jobsets.index_values(INDEX_JOB) if key.startswith(f"{cluster}/"))
+        """JobSets of this Slurm cluster (the informer may hold other clusters' too): counted again only
+        when the JobSet store changed, not at every reconcile (a count over every JobSet)."""
+        at = (self.jobsets.generation, cluster)
+        if self._bridged_count is None or self._bridged_count[0] != at:
+            count = sum(1 for key in self.jobsets.index_values(INDEX_JOB) if key.startswith(f"{cluster}/"))
+            self._bridged_count = (at, count)
+        return self._bridged_count[1]
 
 
 class SlurmReconciler:
@@ -1649,7 +1711,7 @@ class SlurmReconciler:
             observed = replace(observed, hold_converted=True)
         wait = self._comments.wait(key)
         if wait > 0:
-            observed = replace(observed, comment_due=False, comment_retry=max(1.0, wait))
+            observed = replace(observed, comment_due=False, comment_retry=self._comments.retry(key, wait))
         return observed, raw_js
 
     async def _reservations_for(self, job: SlurmJob | None) -> Mapping[str, SlurmReservation] | None:
@@ -1803,7 +1865,7 @@ class SlurmReconciler:
             raise
         self._metrics.actions.labels(action.kind, "ok").inc()
         if action.slurm_write and action.poll_after:
-            self._jobs.trigger()  # see the effect at the next poll, now
+            self._jobs.refresh(o.job_id)  # see the effect now: this job read again, not every job
         if action.node_write and self._nodes_trigger is not None:
             # The node source would show the deleted nodes until its next poll, and every event of the
             # job meanwhile would delete them again (an scontrol call each on 22.05).
@@ -1823,6 +1885,7 @@ class SlurmReconciler:
             CreateJobSet: self._create_jobset,
             AddFinalizer: self._add_finalizer,
             RemoveFinalizer: self._remove_finalizer,
+            DeleteChildJobs: self._delete_child_jobs,
             DeleteJobSet: self._delete_jobset,
             DrainNodes: self._drain_nodes,
             DownNodes: self._down_nodes,
@@ -1875,6 +1938,13 @@ class SlurmReconciler:
             propagation_policy="Foreground" if action.foreground else "Background",
             missing_ok=True,
         )
+
+    async def _delete_child_jobs(self, o: Observed, raw_js: Object | None, action: DeleteChildJobs) -> None:
+        namespace = raw_js["metadata"].get("namespace") if raw_js is not None else None
+        for name in action.names:
+            await self._client.delete(
+                "batch/v1", "Job", name, namespace=namespace, propagation_policy="Background", missing_ok=True
+            )
 
     async def _drain_nodes(self, o: Observed, raw_js: Object | None, action: DrainNodes) -> None:
         for name in action.names:

@@ -114,7 +114,7 @@ def compact(obj: Object) -> Object:
 class Store:
     """Objects by key plus named indexes; mutated only by the source that owns it."""
 
-    __slots__ = ("_indexers", "_indices", "_items", "key_func", "transform")
+    __slots__ = ("_indexers", "_indices", "_items", "generation", "key_func", "transform")
 
     def __init__(
         self,
@@ -126,6 +126,8 @@ class Store:
         self.key_func = key_func
         self.transform = transform
         self._items: dict[str, Object] = {}
+        self.generation = 0
+        """Incremented by every change: what a count over the store is cached against."""
         self._indexers: dict[str, IndexFunc] = {}
         self._indices: dict[str, dict[str, set[str]]] = {}
         for name, func in (indexers or {}).items():
@@ -192,12 +194,14 @@ class Store:
         items = self._items
         old = items.get(key)
         items[key] = obj
+        self.generation += 1
         if self._indexers:
             self._reindex(key, old, obj)
         return old, obj
 
     def pop(self, key: str) -> Object | None:
         old = self._items.pop(key, None)
+        self.generation += 1
         if old is not None and self._indexers:
             self._reindex(key, old, None)
         return old
@@ -219,16 +223,20 @@ class Store:
             obj = transform(raw) if transform is not None else raw
             fresh[key_func(obj)] = obj
         items = self._items
-        vanished = [items[k] for k in items.keys() - fresh.keys()]
+        gone = items.keys() - fresh.keys()
+        vanished = [items[k] for k in gone]
         changes = [(items.get(k), obj) for k, obj in fresh.items()]
-        self._items = fresh
         if self._indexers:
-            for name, func in self._indexers.items():
-                index: dict[str, set[str]] = {}
-                for key, obj in fresh.items():
-                    for value in func(obj):
-                        index.setdefault(value, set()).add(key)
-                self._indices[name] = index
+            # Only what changed is indexed again: a polled source hands back the very objects it
+            # stored for what did not change, so a list of thousands with a few changes costs a few.
+            for key in gone:
+                self._reindex(key, items[key], None)
+            for key, obj in fresh.items():
+                old = items.get(key)
+                if old is not obj:
+                    self._reindex(key, old, obj)
+        self._items = fresh
+        self.generation += 1
         return vanished, changes
 
     def _reindex(self, key: str, old: Object | None, new: Object | None) -> None:

@@ -91,7 +91,7 @@ class PolledSource(Dispatcher):
             if old is None:
                 for handler in handlers:
                     self._call(handler.on_add, new, is_initial_list=initial)
-            elif old != new:
+            elif old is not new and old != new:
                 for handler in handlers:
                     self._call(handler.on_update, old, new)
         self._synced.set()
@@ -112,7 +112,11 @@ class PolledSource(Dispatcher):
                 )
                 await self._wait(delay)
                 continue
-            await self._wait(self.interval)
+            await self._wait(self.delay_after_poll())
+
+    def delay_after_poll(self) -> float:
+        """Seconds to wait after a successful poll (``interval``; a subclass may shorten it)."""
+        return self.interval
 
     async def _wait(self, delay: float) -> None:
         """Sleep ``delay`` seconds unless :meth:`trigger` wakes us first."""

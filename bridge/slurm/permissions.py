@@ -28,8 +28,9 @@ RULES: tuple[Rule, ...] = (
         why="the slurmd pods (a node registration is due once one runs)",
     ),
     Rule(
-        group="batch", resource="jobs", verbs=frozenset({"list", "watch"}),
-        why="the JobSets' Jobs (completed indexes and failed counts outlive their pods)",
+        group="batch", resource="jobs", verbs=frozenset({"list", "watch", "delete"}),
+        why="the JobSets' Jobs (completed indexes and failed counts outlive their pods); those of a JobSet "
+        "deleted in the foreground deleted in the background, so that their pods go at once",
     ),
     Rule(
         group="visibility.kueue.x-k8s.io", resource="localqueues/pendingworkloads", verbs=frozenset({"get"}),

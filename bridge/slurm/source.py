@@ -9,7 +9,9 @@ changed job exactly as by a changed JobSet, and reads both from memory:
   client parses again only the jobs that changed, ``KnownJobs``, whose store objects stay the same
   objects, so an unchanged job costs neither a parse nor an event) and keeps only what the bridge
   acts on: jobs of bridged partitions, plus jobs that still have a JobSet (a job submitted elsewhere
-  then moved, or a partition removed from the configuration). Objects are keyed
+  then moved, or a partition removed from the configuration). The whole list is asked for once an
+  ``interval``, never more often: a job the bridge has just written is read alone
+  (``GET /job/{id}``), so a write costs one job's decode instead of every queued job's. Objects are keyed
   ``<cluster>/<job id>``, the key of the reconciler's requests. A finished job leaves slurmctld
   after ``MinJobAge``; it then vanishes from the store, and the reconciler treats a vanished job
   with a JobSet as finished.
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any, Protocol
 
@@ -42,8 +45,8 @@ from bridge.runtime.backoff import BackoffSettings
 from bridge.runtime.cache import IndexFunc, meta_namespace_key
 from bridge.runtime.handlers import Object
 from bridge.runtime.sources import NOT_MODIFIED, NotModified, PolledSource
+from bridge.slurmrest.errors import InvalidJobId, SlurmAPIError, SlurmError
 from bridge.slurmrest.errors import NotModified as SlurmNotModified
-from bridge.slurmrest.errors import SlurmAPIError
 from bridge.slurmrest.versions import JobsPage, NodesPage
 
 __all__ = [
@@ -66,6 +69,8 @@ class JobLister(Protocol):
     async def poll_jobs(self) -> JobsPage | None: ...
 
     async def list_jobs(self, *, update_time: int | None = None) -> JobsPage: ...
+
+    async def get_job(self, job_id: int) -> SlurmJob: ...
 
 
 class NodeLister(Protocol):
@@ -138,12 +143,22 @@ class _RecoveringSource(PolledSource):
             self.resync()
 
 
+_Filter = tuple[str, frozenset[str], frozenset[int]]
+"""What a list is filtered by: (cluster, bridged partitions, ids of jobs with a JobSet)."""
+
+
 class SlurmJobSource(_RecoveringSource):
     """The jobs of bridged partitions (and of existing JobSets), keyed ``<cluster>/<job id>``.
 
     ``partitions`` and ``bridged`` are read at every poll: the live configuration's bridged
     partitions, and the ids of jobs that have a JobSet (from the JobSet informer). When Slurm
     reports no change but either of them changed, the last list is filtered again.
+
+    The whole list is polled every ``interval`` seconds and no more often: slurmctld packs, and
+    slurmrestd and the bridge decode, every job for it. A job the bridge has just written is read
+    alone instead (:meth:`refresh`: ``GET /job/{id}``, one job decoded), at once, so the reconcile
+    after a write sees its effect without a whole list per write; the next list replaces what such
+    reads brought.
     """
 
     def __init__(
@@ -157,6 +172,7 @@ class SlurmJobSource(_RecoveringSource):
         indexers: dict[str, IndexFunc] | None = None,
         backoff: BackoffSettings | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
         name: str = "slurm-jobs",
     ) -> None:
@@ -175,39 +191,111 @@ class SlurmJobSource(_RecoveringSource):
         self._cluster = cluster
         self._partitions = partitions
         self._bridged = bridged
+        self._clock = clock
         self._jobs: tuple[SlurmJob, ...] | None = None
         self._by_id: dict[int, SlurmJob] | None = None
-        self._filter: tuple[str, frozenset[str], frozenset[int]] | None = None
+        self._filter: _Filter | None = None
         self._objects: dict[int, Object] = {}
+        self._dropped: dict[int, SlurmJob] = {}
+        """Jobs of the last list the filter left out, by id."""
+        self._due: set[int] = set()
+        """Jobs written since the last poll: read alone at the next one unless a list is due."""
+        self._read: dict[int, SlurmJob] = {}
+        """Jobs read alone since the last list (newer than that list's)."""
+        self._listed_at: float | None = None
+        self.lists = 0
+        """Whole lists asked for (polls that were not single reads)."""
+        self.reads = 0
+        """Jobs read alone after a write."""
+
+    def refresh(self, job_id: int) -> None:
+        """The bridge wrote ``job_id``: read it alone at once (coalesced with other writes), unless
+        a whole list is due anyway."""
+        self._due.add(job_id)
+        self.trigger()
+
+    def delay_after_poll(self) -> float:
+        """Until the next whole list is due: a single read after a write does not postpone it."""
+        if self._listed_at is None:
+            return self.interval
+        return max(0.0, self._listed_at + self.interval - self._clock())
+
+    def _list_due(self) -> bool:
+        return self._listed_at is None or self._clock() - self._listed_at >= self.interval - _EPSILON
 
     async def _list(self) -> list[Object] | NotModified:
         if not self._cluster():  # no configuration yet: no REST call
             self._filter = None
+            self._due.clear()
             return []
+        current = (self._cluster(), frozenset(self._partitions()), frozenset(self._bridged()))
+        if self._due and self._jobs is not None and current == self._filter and not self._list_due():
+            return await self._read_due(current)
+        self._due.clear()
+        self._listed_at = self._clock()
+        self.lists += 1
         page = await self._slurm.poll_jobs()
         if page is None and self._jobs is None:  # someone else polled this client first
             page = await self._slurm.list_jobs()
         if page is not None:
             self._jobs = page.jobs
             self._by_id = None
-        current = (self._cluster(), frozenset(self._partitions()), frozenset(self._bridged()))
+            self._read = {}
         if page is None and current == self._filter:
             return NOT_MODIFIED
+        return self._filtered(current)
+
+    async def _read_due(self, current: _Filter) -> list[Object] | NotModified:
+        """Read each job written since the last poll alone; the store changes only for those."""
+        due, self._due = sorted(self._due), set()
+        read = False
+        for job_id in due:
+            self.reads += 1
+            try:
+                job = await self._slurm.get_job(job_id)
+            except InvalidJobId:
+                continue  # gone from slurmctld: the next list says so
+            except SlurmError as exc:  # the next list brings it
+                self._log.debug("reading a written job failed", job_id=job_id, error=str(exc))
+                continue
+            if job.job_id == job_id:
+                self._read[job_id] = job
+                self._by_id = None
+                read = True
+        return self._filtered(current) if read else NOT_MODIFIED
+
+    def _filtered(self, current: _Filter) -> list[Object] | NotModified:
+        """The jobs ``current`` keeps, as store objects; NOT_MODIFIED when they are the stored ones.
+
+        An unchanged job is the very object of the last list (``KnownJobs``): under the same filter
+        its verdict and its store object are the last ones, with no look at its partitions, so a list
+        of thousands of unchanged jobs costs a dictionary lookup each and no diff at all."""
+        same = current == self._filter
         self._filter = current
         cluster, partitions, bridged = current
-        if not cluster:  # no configuration yet: nothing is bridged
-            self._objects = {}
-            return []
-        # An unchanged job is the very object of the last list (``KnownJobs``): its store object is
-        # reused too, so the store's diff sees the same object and delivers no event for it.
-        before = self._objects
+        before, dropped = self._objects, self._dropped
+        read = self._read
         objects: dict[int, Object] = {}
-        for job in self._jobs or ():
-            if job.job_id in bridged or any(p in partitions for p in job.partitions):
-                obj = before.get(job.job_id)
+        left_out: dict[int, SlurmJob] = {}
+        changed = not same
+        for listed in self._jobs or ():
+            job = read.get(listed.job_id, listed) if read else listed
+            job_id = job.job_id
+            obj = before.get(job_id)
+            if same and obj is not None and obj["job"] is job:
+                objects[job_id] = obj
+            elif same and dropped.get(job_id) is job:
+                left_out[job_id] = job
+            elif job_id in bridged or any(p in partitions for p in job.partitions):
                 if obj is None or obj["job"] is not job or obj["metadata"]["namespace"] != cluster:
                     obj = job_object(cluster, job)
-                objects[job.job_id] = obj
+                    changed = True
+                objects[job_id] = obj
+            else:
+                left_out[job_id] = job
+        self._dropped = left_out
+        if not changed and objects.keys() == before.keys() and self.has_synced():
+            return NOT_MODIFIED
         self._objects = objects
         return list(objects.values())
 
@@ -221,6 +309,7 @@ class SlurmJobSource(_RecoveringSource):
         when slurmctld did not list it (gone), or before the first poll."""
         if self._by_id is None:
             self._by_id = {job.job_id: job for job in self._jobs or ()}
+            self._by_id.update(self._read)
         return self._by_id.get(job_id)
 
 

@@ -54,7 +54,7 @@ from .errors import (
     SlurmVersionError,
     api_error,
 )
-from .known_jobs import KnownJobs
+from .known_jobs import KnownJobs, split_job_list
 from .versions import (
     ADAPTERS,
     SUPPORTED_VERSIONS,
@@ -78,6 +78,18 @@ _VERSION_IN_PATH = re.compile(r"^/slurm/(v\d+\.\d+\.\d+)/")
 _Headers = CIMultiDictProxy[str]
 # data_parser answers "nothing changed" with 200, no jobs, last_update 0 and this warning (24.11)
 _UNCHANGED = ("No job changes since", "No node changes since")
+
+
+def _parse_body(raw: bytes, decode: Callable[[bytes], Any] | None) -> Any:
+    """The body as ``decode`` reads it, else as JSON, else as text (an error page); None if empty."""
+    if not raw:
+        return None
+    for read in (decode, json.loads) if decode is not None else (json.loads,):
+        try:
+            return read(raw)
+        except ValueError:
+            continue
+    return raw.decode(errors="replace")
 
 
 class SlurmClient:
@@ -175,8 +187,11 @@ class SlurmClient:
         *,
         query: Mapping[str, str] | None = None,
         body: Mapping[str, Any] | None = None,
+        decode: Callable[[bytes], Any] | None = None,
     ) -> tuple[int, Any, _Headers | None]:
-        """One HTTP exchange: (status, parsed JSON or text, headers). Connection trouble raises."""
+        """One HTTP exchange: (status, parsed JSON or text, headers). Connection trouble raises.
+
+        ``decode`` reads the body first (the job list's splitter); where it fails, plain JSON."""
         headers = {"Accept": "application/json"}
         if self.auth is not None:
             headers.update(await self.auth.headers())
@@ -205,13 +220,7 @@ class SlurmClient:
                     self.observer(method, template, status, elapsed)
                 except Exception:
                     log.exception("request observer failed")
-        parsed: Any = None
-        if raw:
-            try:
-                parsed = json.loads(raw)
-            except ValueError:
-                parsed = raw.decode(errors="replace")
-        return status, parsed, resp_headers
+        return status, _parse_body(raw, decode), resp_headers
 
     async def _call(
         self,
@@ -221,6 +230,7 @@ class SlurmClient:
         query: Mapping[str, str] | None = None,
         body: Mapping[str, Any] | None = None,
         not_modified_ok: bool = False,
+        decode: Callable[[bytes], Any] | None = None,
     ) -> tuple[int, Mapping[str, Any], _Headers | None]:
         adapter = await self.adapter()
         endpoint = adapter.endpoints.get(operation)
@@ -228,7 +238,7 @@ class SlurmClient:
             raise SlurmUnsupported(f"REST {adapter.version} has no {operation}")
         path = endpoint.path(**(params or {}))
         status, data, headers = await self._send(
-            endpoint.method, path, endpoint.template, query=query, body=body
+            endpoint.method, path, endpoint.template, query=query, body=body, decode=decode
         )
         if status == 304 and not_modified_ok:
             return status, {}, headers
@@ -280,6 +290,7 @@ class SlurmClient:
             parse=lambda body: adapter.parse_jobs(body, known=self.known_jobs),
             has_last_update="last_update" in adapter.jobs_response_fields,
             is_empty=lambda page: not page.jobs,
+            decode=split_job_list,  # each job left as its JSON: only the changed ones are decoded
         )
 
     async def _conditional_list(
@@ -290,6 +301,7 @@ class SlurmClient:
         parse: Callable[[Any], _Page],
         has_last_update: bool,
         is_empty: Callable[[_Page], bool],
+        decode: Callable[[bytes], Any] | None = None,
     ) -> _Page:
         """A list with optional ``update_time``: NotModified on 304, or on the 200 with no items and no
         ``last_update`` that v0.0.40+ answers when nothing changed; else the page, its ``update_time``
@@ -297,7 +309,7 @@ class SlurmClient:
         started = time.time()
         query = {"update_time": str(update_time)} if update_time is not None else None
         status, data, headers = await self._call(
-            operation, query=query, not_modified_ok=update_time is not None
+            operation, query=query, not_modified_ok=update_time is not None, decode=decode
         )
         page = parse(data)
         unchanged = update_time is not None and has_last_update

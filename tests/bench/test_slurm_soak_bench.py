@@ -25,9 +25,11 @@ on the garbage collector's foreground deletion (``foregroundDeletion`` finalizer
 
 Asserts only that work was done (jobs completed, everything cleaned up), never a time. One Slurm
 version (``K8S_BRIDGE_BENCH_SLURM``, default 22.05; ``22.05,24.11`` runs both).
-``K8S_BRIDGE_BENCH_BRIDGE_ARGS`` adds bridge flags; ``K8S_BRIDGE_BENCH_RESULTS=<dir>`` writes the
-figures as JSON. Run: ``pytest tests/bench/test_slurm_soak_bench.py -s -p no:cacheprovider``; the
-issue's scale: ``K8S_BRIDGE_SOAK_QUEUED=2000 K8S_BRIDGE_SOAK_RUNNING=20 K8S_BRIDGE_SOAK_SECONDS=600``.
+``K8S_BRIDGE_BENCH_BRIDGE_ARGS`` adds bridge flags; ``K8S_BRIDGE_BENCH_PROFILE=<dir>`` profiles the
+bridge and prints its CPU by part for the fill and the steady phases (``bench_profile.py``);
+``K8S_BRIDGE_BENCH_RESULTS=<dir>`` writes the figures as JSON. Run:
+``pytest tests/bench/test_slurm_soak_bench.py -s -p no:cacheprovider``; the issue's scale:
+``K8S_BRIDGE_SOAK_QUEUED=2000 K8S_BRIDGE_SOAK_RUNNING=20 K8S_BRIDGE_SOAK_SECONDS=600``.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ from tests.bench.test_slurm_bridge_bench import (
     cancel_all,
     counting_bridge,
     jobset_count,
+    profile_phase,
     slurm_nodes_and_jobs,
     submit_many,
     wait_bridge,
@@ -305,6 +308,7 @@ def test_soak_with_a_deep_queue_then_a_mass_cancel(
             )  # fmt: skip
 
         rows: list[dict[str, Any]] = []
+        profile_phase(bridge, result, "fill", jobs=target)  # with K8S_BRIDGE_BENCH_PROFILE: CPU by part
         start = last = sample()
         print(f"\nsoak: {QUEUED} queued / {RUNNING} running, Slurm {soak_slurm.package_version}, "
               f"sample every {SAMPLE_SECONDS:.0f} s")  # fmt: skip
@@ -321,6 +325,7 @@ def test_soak_with_a_deep_queue_then_a_mass_cancel(
                 submitted += len(more)
                 ids += more
         result["samples"] = rows
+        profile_phase(bridge, result, "steady", jobs=max(1, last.completed - start.completed))
         whole = interval(start, last, since=start.at)
         result["whole"] = whole
         seconds = last.at - start.at
@@ -417,4 +422,8 @@ def report(r: dict[str, Any]) -> None:
         ("bridge log lines / warnings", f"{r['bridge_log_lines']} / {r['bridge_log_warnings']}"),
         ("load before / after", f"{r['load_before']} / {r['load_after']}"),
     ]  # fmt: skip
+    for phase, split in (r.get("profile") or {}).items():
+        rows.append(
+            (f"profile {phase}: CPU s by part (ms per job)", f"{split} ({split['profiled_ms_per_job']})")
+        )
     print_table("Slurm bridge soak (deep queue, then a mass cancel)", rows)

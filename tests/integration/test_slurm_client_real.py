@@ -151,3 +151,35 @@ async def test_hold_lands_on_a_released_job_whose_pinned_nodes_were_deleted(
     finally:
         cluster.stop_dynamic_node(keep)
         await client.delete_node("keep0")
+
+
+async def test_a_job_list_decodes_and_parses_only_the_jobs_that_changed(
+    client: SlurmClient, slurm_cluster: SlurmCluster
+) -> None:
+    """slurmrestd's real answers, split into each job's text: a list again with nothing new decodes
+    no job whose text is the same; a comment written on one held job costs one parse, and the page is
+    what a whole decode and parse gives (jobs that only a field no adapter reads changed, 24.11's
+    ``last_sched_evaluation``, are decoded, not parsed)."""
+    ids = [slurm_cluster.sbatch("--hold", "--job-name=known", script=JOB_SCRIPT) for _ in range(3)]
+    try:
+        await client.list_jobs()
+        known = client.known_jobs
+        parsed = known.parsed
+        again = await client.list_jobs()
+        assert known.parsed == parsed
+        assert known.reused >= len(ids)
+        await client.set_comment(ids[1], "changed since the last list")
+        decoded = known.decoded
+        page = await client.list_jobs()
+        assert known.parsed == parsed + 1
+        assert known.decoded >= decoded + 1
+        by_id = {j.job_id: j for j in page.jobs}
+        before = {j.job_id: j for j in again.jobs}
+        assert by_id[ids[1]].comment == "changed since the last list"
+        assert by_id[ids[0]] is before[ids[0]]
+        assert by_id[ids[2]] is before[ids[2]]
+        for job_id in ids:  # a single job's read decodes its whole answer: the same job
+            assert await client.get_job(job_id) == by_id[job_id]
+    finally:
+        for job_id in ids:
+            await client.cancel_job(job_id)

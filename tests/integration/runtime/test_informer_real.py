@@ -214,3 +214,25 @@ async def test_streaming_list_or_fallback_syncs(client: Client, namespace: str) 
         assert set(cached(informer)) == {"one"}
     stats = informer.reflector.stats
     assert stats.streaming_lists + stats.lists == 1
+
+
+async def test_a_background_delete_ends_a_foreground_deletion_in_progress(
+    client: Client, namespace: str
+) -> None:
+    """What the Slurm bridge relies on for a JobSet whose foreground deletion waits on a dependent
+    that waits on it (Kueue's Workload): deleting it again with background propagation takes the
+    collector's ``foregroundDeletion`` finalizer off, so only the other finalizers keep it."""
+    obj = labelled(namespace, "owner", "1")
+    obj["metadata"]["finalizers"] = ["k8s-bridge.io/test"]
+    await client.create(obj)
+    answer = await client.delete(
+        "v1", "ConfigMap", "owner", namespace=namespace, propagation_policy="Foreground"
+    )
+    assert answer is not None
+    assert "foregroundDeletion" in answer["metadata"]["finalizers"]  # no collector here: it stays
+    again = await client.delete(
+        "v1", "ConfigMap", "owner", namespace=namespace, propagation_policy="Background"
+    )
+    assert again is not None
+    assert again["metadata"]["finalizers"] == ["k8s-bridge.io/test"]
+    await client.patch("v1", "ConfigMap", "owner", {"metadata": {"finalizers": None}}, namespace=namespace)

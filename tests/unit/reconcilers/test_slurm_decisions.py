@@ -28,6 +28,7 @@ from reconcilers.slurm import (
     ConvertHold,
     CreateJobSet,
     Decision,
+    DeleteChildJobs,
     DeleteJobSet,
     DeleteNodes,
     DownNodes,
@@ -1128,3 +1129,37 @@ def test_only_the_bridges_own_pin_is_ever_cleared(
             assert type(action) is Hold  # never the hold conversion of a held job
             assert set(action.unpin) == set(NAMES)
             assert the_job.is_pinned_to(NAMES, FEATURE)
+
+
+@pytest.mark.parametrize(
+    ("pods", "again"),
+    [(PodsView(), True), (PodsView(present=1), False), (PodsView(active=1, present=1), False)],
+    ids=["no pod left", "a terminating pod", "an active pod"],
+)
+def test_a_foreground_deletion_with_no_pod_left_is_ended_in_the_background(
+    pods: PodsView, again: bool
+) -> None:
+    """An admitted job's JobSet deleted in the foreground waits for Kueue's Workload, which Kueue
+    finalizes only once the JobSet is gone: once none of its pods is left the bridge deletes it again
+    in the background (the collector's finalizer goes), not before."""
+    js = replace(jobset(state=JobSetState.ACTIVE), deleting=True, waits_for_dependents=True)
+    d = decide(observe(None, js=js, wl=workload(WorkloadState.ADMITTED), pods=pods, has_finalizer=False))
+    assert (DeleteJobSet(foreground=False) in d.actions) is again
+    assert DeleteJobSet(foreground=True) not in d.actions
+
+
+def test_a_foreground_deletion_whose_pods_run_deletes_their_jobs_in_the_background() -> None:
+    """Pods Kueue started in the freed quota before the bridge deleted their JobSet (a mass cancel)
+    wait on the collector's backed-off retries of the JobSet; their Jobs deleted in the background,
+    they go at once as orphans. Jobs already being deleted are left alone."""
+    js = replace(jobset(state=JobSetState.ACTIVE), deleting=True, waits_for_dependents=True)
+    wl = workload(WorkloadState.ADMITTED)
+    pods = PodsView(active=1, present=1, running=1)
+    d = decide(observe(None, js=js, wl=wl, pods=pods, live_child_jobs=("js-slurmd-0",), has_finalizer=False))
+    assert DeleteChildJobs(names=("js-slurmd-0",)) in d.actions
+    none_left = decide(observe(None, js=js, wl=wl, pods=pods, has_finalizer=False))
+    assert not any(isinstance(a, DeleteChildJobs) for a in none_left.actions)
+    not_foreground = replace(js, waits_for_dependents=False)
+    d = decide(observe(None, js=not_foreground, wl=wl, pods=pods, live_child_jobs=("js-slurmd-0",),
+                       has_finalizer=False))  # fmt: skip
+    assert not any(isinstance(a, DeleteChildJobs) for a in d.actions)

@@ -85,7 +85,7 @@ class Config:
 class Jobs:
     def __init__(self, *jobs: SlurmJob) -> None:
         self.jobs = {j.job_id: j for j in jobs}
-        self.triggers = 0
+        self.refreshed: list[int] = []
 
     def job(self, job_id: int) -> SlurmJob | None:
         return self.jobs.get(job_id)
@@ -93,8 +93,8 @@ class Jobs:
     def any_job(self, job_id: int) -> SlurmJob | None:
         return self.jobs.get(job_id)
 
-    def trigger(self) -> None:
-        self.triggers += 1
+    def refresh(self, job_id: int) -> None:
+        self.refreshed.append(job_id)
 
 
 class FakeSlurm:
@@ -357,7 +357,7 @@ async def test_admitted_with_nodes_pins_after_a_fresh_read_and_measures_latency(
     await w.reconcile()
     assert ("get_job", 42) in w.slurm.calls
     assert w.slurm.calls[-1] == ("pin", 42, ("b42-0", "b42-1"), "bridge-job-42", None)
-    assert w.jobs.triggers == 1
+    assert w.jobs.refreshed == [42]
     assert w.metric("k8s_bridge_slurm_held_to_admitted_seconds_count") == 1
     assert w.metric("k8s_bridge_slurm_actions_total", action="pin_and_release", result="ok") == 1
 
@@ -640,7 +640,7 @@ async def test_a_guard_hold_makes_the_job_source_poll_at_once() -> None:
     w = World(held(hold=False, state_reason="Priority"))
     await w.reconcile()
     assert w.slurm.calls == [("get_job", 42), ("hold", 42)]
-    assert w.jobs.triggers == 1
+    assert w.jobs.refreshed == [42]
 
 
 async def test_a_refused_guard_hold_is_retried() -> None:
@@ -685,7 +685,7 @@ async def test_a_user_held_job_gets_its_jobset_then_the_admin_hold_without_a_fre
     assert w.slurm.admin_comments == [(42, "k8s-bridge: held")]  # with the hold: the bridge's mark
     # No poll at once for the conversion: nothing waits on seeing it, and in a burst of held jobs
     # slurmctld would list every job back to back.
-    assert w.jobs.triggers == 0
+    assert w.jobs.refreshed == []
     assert w.metric("k8s_bridge_slurm_actions_total", action="convert_hold", result="ok") == 1
     assert w.reconciler.phases == {"hpc/42": "queued"}
 
@@ -944,6 +944,30 @@ async def test_max_bridged_jobs_counts_only_this_clusters_jobsets() -> None:
     assert w.kube.calls == []  # the limit is reached for hpc
 
 
+async def test_the_bridged_jobs_are_counted_again_only_when_the_jobsets_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A count over every JobSet at each reconcile made a deep queue cost in proportion to its square."""
+    one = WorkloadMixingSpec.model_validate({"slurm": slurm_spec(limits={"maxBridgedJobs": 5})})
+    w = World(held(), spec=one)
+    w.add_jobset(jobset_object())
+    counts = 0
+    index_values = Store.index_values
+
+    def counting(store: Store, index: str) -> list[str]:
+        nonlocal counts
+        counts += store is w.jobsets
+        return index_values(store, index)
+
+    monkeypatch.setattr(Store, "index_values", counting)
+    await w.reconcile()
+    await w.reconcile()
+    assert counts == 1
+    w.jobsets.put(jobset_object(suspended=False))
+    await w.reconcile()
+    assert counts == 2
+
+
 async def test_the_hold_is_converted_once_though_the_source_shows_it_a_poll_later() -> None:
     """The conversion does not poll at once: every event of the queued job until the next poll would
     convert again, one write to slurmctld each."""
@@ -971,3 +995,23 @@ async def test_node_changes_poll_the_node_source_at_once() -> None:
             store.pop(store.key_of(obj))
     await w.reconcile()  # nothing left about nodes: no poll
     assert w.node_polls.count == 0
+
+
+async def test_a_foreground_deletion_with_running_pods_deletes_their_jobs_in_the_background() -> None:
+    """The job was cancelled and its JobSet deleted in the foreground, but a pod Kueue started in the
+    freed quota still runs: its Job is deleted in the background (the pod then goes as an orphan),
+    and once no pod is left the JobSet is deleted again in the background."""
+    w = World()  # the job is gone from slurmctld
+    w.add_jobset(jobset_object(deleting=True, suspended=False, finalizers=["foregroundDeletion"]))
+    w.workloads.put(workload_object(admitted=True))
+    labels = child_job(owner_uid="js-uid", failed=0)["metadata"]["labels"]
+    meta = {"name": "slurm-hpc-42-0", "namespace": "default", "labels": dict(labels)}
+    pod = {"apiVersion": "v1", "kind": "Pod", "status": {"phase": "Running"}, "metadata": meta}
+    w.pods.put(pod)
+    w.child_jobs.put(child_job(owner_uid="js-uid", failed=0))
+    await w.reconcile()
+    assert ("delete", "Job", "slurm-hpc-42-slurmd-js-uid", "Background") in w.kube.calls
+    assert ("delete", "JobSet", "slurm-hpc-42", "Background") not in w.kube.calls
+    w.pods.pop(w.pods.key_of(pod))
+    await w.reconcile()
+    assert ("delete", "JobSet", "slurm-hpc-42", "Background") in w.kube.calls

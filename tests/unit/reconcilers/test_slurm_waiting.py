@@ -423,6 +423,23 @@ def test_the_comment_budget_bounds_each_job_and_all_of_them() -> None:
     assert budget.wait("a") == 0
 
 
+def test_jobs_refused_a_comment_look_again_spread_over_the_backlog() -> None:
+    """A thousand queued jobs whose comments are due and a budget of five writes a second: each looks
+    again when its turn can come (about 200 s), not every second (a thousand reconciles a second)."""
+    now = [0.0]
+    budget = CommentBudget(per_job=60, rate=5, burst=1, clock=lambda: now[0])
+    budget.spend("first")
+    retries = [budget.retry(f"job-{i}", budget.wait(f"job-{i}")) for i in range(1000)]
+    assert retries[0] == 1.0  # alone in the backlog: the old minimum
+    assert retries[-1] == pytest.approx(200.0)
+    assert budget.retry("job-999", 0.2) == pytest.approx(200.0)  # asking again is not a new place
+    budget.spend("job-0")
+    budget.forget("job-1")
+    assert budget.retry("job-2", 0.2) == pytest.approx(998 / 5)
+    now[0] = 1000.0  # those that stopped asking leave the backlog
+    assert budget.retry("job-3", 0.0) == 1.0
+
+
 def test_a_requeue_waiting_on_a_silent_node_sets_it_down() -> None:
     """Its pods went with the lost-node replacement: slurmctld would wait SlurmdTimeout otherwise."""
     requeuing = job(state_flags=frozenset({"COMPLETING"}), state_reason="JobHeldUser")

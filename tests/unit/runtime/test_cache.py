@@ -135,3 +135,39 @@ def test_default_transform_strips_and_shares_the_envelope_keys() -> None:
     for key_a, key_b in [*zip(da, db, strict=True), *zip(da["metadata"], db["metadata"], strict=True)]:
         assert key_a is key_b
     assert Store().transform is default_transform
+
+
+def test_replace_indexes_again_only_the_objects_that_are_not_the_stored_ones() -> None:
+    """A polled source hands back the very objects it stored for what did not change: a list of many
+    with one change costs the index function for that one (and for what vanished), not for all."""
+    calls: list[str] = []
+
+    def by_team(obj: Object) -> list[str]:
+        calls.append(obj["metadata"]["name"])
+        return [obj["metadata"]["labels"]["team"]]
+
+    def cm(name: str, team: str) -> Object:
+        return {"metadata": {"namespace": "ns", "name": name, "labels": {"team": team}}}
+
+    store = Store(key_func=meta_namespace_key, transform=None, indexers={"team": by_team})  # as PolledSource
+    objects = [cm(f"c{i}", "a") for i in range(50)]
+    store.replace(objects)
+    calls.clear()
+    moved = cm("c7", "b")
+    store.replace([*objects[:7], moved, *objects[8:49]])  # c7 changed, c49 vanished
+    assert sorted(calls) == ["c49", "c7", "c7"]  # before and after for each
+    assert store.index_keys("team", "b") == ["ns/c7"]
+    assert len(store.index_keys("team", "a")) == 48
+
+
+def test_every_change_of_the_store_moves_its_generation() -> None:
+    store = Store(key_func=meta_namespace_key, transform=None)
+    seen = [store.generation]
+    obj: Object = {"metadata": {"namespace": "ns", "name": "a"}}
+    store.put(obj)
+    seen.append(store.generation)
+    store.replace([obj])
+    seen.append(store.generation)
+    store.pop("ns/a")
+    seen.append(store.generation)
+    assert seen == sorted(set(seen))

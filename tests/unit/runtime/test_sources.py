@@ -108,3 +108,25 @@ async def test_run_backs_off_on_errors_and_trigger_polls_now() -> None:
         await eventually(lambda: ("update", 1, "PENDING", "RUNNING") in rec.events)
         task.cancel()
     assert delays[2:] == [3600.0, 3600.0]
+
+
+async def test_the_wait_after_a_poll_is_the_subclass_delay() -> None:
+    """A source may wait less than ``interval`` after a poll (the Slurm job source: what is left until
+    its next whole list, after a poll that read one job)."""
+    delays: list[float] = []
+
+    async def fake_sleep(delay: float) -> None:
+        delays.append(delay)
+        await asyncio.Event().wait()
+
+    class Shorter(PolledSource):
+        def delay_after_poll(self) -> float:
+            return 12.5
+
+    src = Shorter(name="jobs", poll=lambda: asyncio.sleep(0, [job(1, "PENDING")]), key=key,
+                  interval=3600.0, sleep=fake_sleep)  # fmt: skip
+    async with asyncio.TaskGroup() as tg:
+        task = tg.create_task(src.run())
+        await eventually(lambda: bool(delays))
+        task.cancel()
+    assert delays == [12.5]

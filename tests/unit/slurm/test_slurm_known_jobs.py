@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from bridge.api.slurm_job import SlurmJob
-from bridge.slurmrest.known_jobs import KnownJobs
+from bridge.slurmrest.known_jobs import KnownJobs, split_job_list
 from bridge.slurmrest.versions import adapter_for
 
 DATA = Path(__file__).parent / "data"
@@ -122,3 +122,47 @@ def test_the_adapter_parses_through_known_jobs_when_given() -> None:
     assert known.parsed == 5
     assert known.reused == 5
     assert all(a is b for a, b in zip(page.jobs, again.jobs, strict=True))
+
+
+def as_text(body: dict[str, Any]) -> dict[str, Any]:
+    """The body as the client reads slurmrestd's answer: each job left as its JSON text."""
+    return split_job_list(json.dumps(body, indent=2).encode())
+
+
+@pytest.mark.parametrize("version", sorted(RECORDED))
+def test_a_job_whose_text_is_unchanged_is_not_even_decoded(version: str) -> None:
+    """The cost of a list with nothing new is a lookup of each job's text, no JSON decode of it."""
+    adapter = adapter_for(version)
+    known = KnownJobs()
+    first = adapter.parse_jobs(as_text(queue(version, 40)), known=known)
+    assert (known.decoded, known.parsed) == (40, 40)
+    body = queue(version, 40)
+    body["jobs"][4]["comment"] = "changed by its user"
+    second = adapter.parse_jobs(as_text(body), known=known)
+    assert (known.decoded, known.parsed) == (41, 41)
+    assert [j.job_id for j, k in zip(first.jobs, second.jobs, strict=True) if j is not k] == [5]
+    assert second.jobs[4].comment == "changed by its user"
+    assert second == adapter.parse_jobs(body)  # the same page as a whole decode and parse
+
+
+@pytest.mark.parametrize("version", sorted(RECORDED))
+def test_a_changed_text_with_the_same_declared_fields_is_decoded_but_not_parsed(version: str) -> None:
+    adapter = adapter_for(version)
+    known = KnownJobs()
+    first = adapter.parse_jobs(as_text(queue(version, 3)), known=known)
+    body = queue(version, 3)
+    undeclared = "last_sched_evaluation" if version != "v0.0.38" else "nice"
+    body["jobs"][1][undeclared] = 12345
+    second = adapter.parse_jobs(as_text(body), known=known)
+    assert (known.decoded, known.parsed) == (4, 3)
+    assert all(a is b for a, b in zip(first.jobs, second.jobs, strict=True))
+
+
+def test_the_top_level_of_a_job_list_is_decoded_and_the_jobs_kept_as_text() -> None:
+    body = queue("v0.0.42", 2)
+    split = split_job_list(json.dumps(body).encode())
+    assert set(split) == {"jobs", "last_update", "last_backfill", "meta", "errors", "warnings"} & set(body)
+    assert split["last_update"] == body["last_update"]
+    assert [json.loads(bytes(raw)) for raw in split["jobs"]] == body["jobs"]
+    with pytest.raises(ValueError, match="Expected"):
+        split_job_list(b'["not", "an object"]')

@@ -15,8 +15,8 @@ from bridge.runtime.controller import Request
 from bridge.runtime.handlers import Object
 from bridge.runtime.sources import NotModified
 from bridge.slurm.source import SlurmJobSource, SlurmNodeSource, job_of, node_of, source_backoff
+from bridge.slurmrest.errors import InvalidJobId, SlurmAPIError, SlurmUnavailable
 from bridge.slurmrest.errors import NotModified as SlurmNotModified
-from bridge.slurmrest.errors import SlurmAPIError, SlurmUnavailable
 from bridge.slurmrest.versions import JobsPage, NodesPage
 from reconcilers.slurm import INDEX_JOB, node_job_id, node_job_keys
 
@@ -32,6 +32,8 @@ class FakeSlurm:
         self.jobs = list(jobs or [])
         self.nodes = list(nodes or [])
         self.calls: list[str] = []
+        self.current: dict[int, SlurmJob] = {}
+        """What ``get_job`` answers."""
 
     async def poll_jobs(self) -> JobsPage | None:
         self.calls.append("poll_jobs")
@@ -43,6 +45,13 @@ class FakeSlurm:
     async def list_jobs(self, *, update_time: int | None = None) -> JobsPage:
         self.calls.append("list_jobs")
         return JobsPage(jobs=(), update_time=1)
+
+    async def get_job(self, job_id: int) -> SlurmJob:
+        self.calls.append(f"get_job({job_id})")
+        job = self.current.get(job_id)
+        if job is None:
+            raise InvalidJobId("gone", error_number=2017)
+        return job
 
     async def list_nodes(self, *, update_time: int | None = None) -> NodesPage:
         self.calls.append(f"list_nodes({update_time})")
@@ -141,6 +150,66 @@ async def test_an_unchanged_job_keeps_its_store_object_and_costs_no_event() -> N
     for key in ("hpc/1", "hpc/2", "hpc/4", "hpc/5"):
         assert src.store.get(key) is before[key]
     assert src.job(3) is changed
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_written_job_is_read_alone_and_the_whole_list_waits_for_its_interval() -> None:
+    """After a write the reconciler asks for that job again: one ``GET job/{id}`` (one job decoded),
+    not the whole list, and the next list is still due one interval after the last one."""
+    clock = Clock()
+    slurm = FakeSlurm([page(sjob(1), sjob(2), sjob(3)), page(sjob(1), sjob(2, comment="listed"), sjob(3))])
+    src = job_source(slurm, interval=1.0, clock=clock)
+    rec = Recorder()
+    src.add_handler(rec)
+    await src.poll_once()
+    unchanged = src.store.get("hpc/1")
+    clock.now = 0.3
+    slurm.current = {2: sjob(2, comment="written"), 3: sjob(3, state=JobState.RUNNING)}
+    src.refresh(2)
+    src.refresh(3)
+    src.refresh(2)  # coalesced
+    await src.poll_once()
+    assert slurm.calls == ["poll_jobs", "get_job(2)", "get_job(3)"]
+    assert rec.events[3:] == [("update", "hpc/2"), ("update", "hpc/3")]
+    assert src.job(2) == sjob(2, comment="written")
+    assert src.any_job(3) == sjob(3, state=JobState.RUNNING)
+    assert src.store.get("hpc/1") is unchanged
+    assert src.delay_after_poll() == pytest.approx(0.7)  # not postponed by the read
+    clock.now = 1.0
+    src.refresh(1)  # a list is due anyway: it brings the job too
+    await src.poll_once()
+    assert slurm.calls[3:] == ["poll_jobs"]
+    assert src.job(2) == sjob(2, comment="listed")  # the list replaces what the reads brought
+    assert (src.lists, src.reads) == (2, 2)
+
+
+async def test_a_written_job_gone_from_slurmctld_is_left_to_the_next_list() -> None:
+    clock = Clock()
+    slurm = FakeSlurm([page(sjob(1))])
+    src = job_source(slurm, interval=1.0, clock=clock)
+    await src.poll_once()
+    src.refresh(1)
+    assert isinstance(await src._list(), NotModified)
+    assert slurm.calls == ["poll_jobs", "get_job(1)"]
+    assert src.job(1) == sjob(1)
+
+
+async def test_a_list_of_the_very_same_jobs_is_no_diff_at_all() -> None:
+    """Slurm said something changed, but every job of the list is the last list's object (what changed
+    was another partition's job, or a field no adapter reads): no store diff, no event."""
+    same = [sjob(i) for i in range(1, 4)]
+    slurm = FakeSlurm([page(*same, sjob(9, "debug")), page(*same, sjob(9, "debug", comment="x"))])
+    src = job_source(slurm)
+    await src.poll_once()
+    assert isinstance(await src._list(), NotModified)
+    assert sorted(src.store.keys()) == ["hpc/1", "hpc/2", "hpc/3"]
 
 
 async def test_without_a_configuration_there_is_no_request() -> None:
