@@ -3,20 +3,24 @@
 What a newcomer wants from one command: a Kubernetes control plane with the real Kueue and JobSet
 controllers, nodes that really run pods (process-runner nodes) beside simulated ones (kwok), a real
 Slurm cluster whose bridge partition is fed by the bridge, and ``python -m bridge.slurm`` itself,
-all wired the way a site would wire them (:class:`bridge.sandbox.e2e.E2EStack`); and the real KubeRay
+all wired the way a site would wire them (:class:`bridge.sandbox.e2e.E2EStack`); the real KubeRay
 operator with a shared RayCluster (namespace ``ray``, name ``shared``, a head only) whose head runs
-on a runner node, the cluster that selector RayJobs share (``--no-ray`` leaves the Ray part out). It
-prints how to talk to each part and keeps running until Ctrl-C, then stops everything it started.
+on a runner node, and ``python -m bridge.ray`` with its gate webhook, so that a RayJob in that cluster
+gets its own workers admitted by Kueue from the same pool (:class:`bridge.sandbox.ray_e2e.RayPool`;
+``--no-ray`` leaves the Ray part out); and Kueue's pod and Deployment integrations, so that serving
+work queues there too (:mod:`bridge.sandbox.serving`). It prints how to talk to each part and keeps
+running until Ctrl-C, then stops everything it started.
 
 ``--demo`` submits a held two-node job and prints its way through the bridge (JobSet created, Kueue
 admission, slurmd pods joining, release, completion, clean-up), then, with the Ray part, a RayJob
-that KubeRay submits to the shared cluster; ``--exit-after-demo`` then stops the stack, which makes
+in the shared cluster through the Ray bridge; ``--exit-after-demo`` then stops the stack, which makes
 the command a smoke test of the whole project.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
 import shutil
 import signal
@@ -31,18 +35,11 @@ from typing import Any
 
 from bridge.sandbox import owners
 from bridge.sandbox.build import MissingPrerequisiteError
-from bridge.sandbox.controllers import COMPONENTS
 from bridge.sandbox.e2e import JOBSETS, E2ESettings, E2EStack
-from bridge.sandbox.kuberay import (
-    RAY_API,
-    head_service,
-    ray_cluster_manifest,
-    ray_job_manifest,
-    wait_head_ready,
-    wait_job_status,
-)
+from bridge.sandbox.kuberay import head_service, wait_job_status
 from bridge.sandbox.processes import StackError
-from bridge.sandbox.runner import PID_NAMESPACE_ANNOTATION
+from bridge.sandbox.ray_e2e import RayPool
+from bridge.sandbox.serving import SANDBOX_KUEUE_FRAMEWORKS, register_serving_webhooks
 from bridge.sandbox.shell_env import write_env_script
 from bridge.sandbox.slurm import SlurmCluster
 from bridge.sandbox.slurm_root import RootBuildError
@@ -50,8 +47,6 @@ from bridge.sandbox.stack import KubeStack
 from translators.slurm import jobset_name
 
 DEMO_SCRIPT = "#!/bin/sh\nsrun sh -c 'echo \"task $SLURM_PROCID ran on node $SLURMD_NODENAME\"'\n"
-RAY_NAMESPACE = "ray"
-RAY_CLUSTER = "shared"
 RAY_DEMO_ENTRYPOINT = (
     "python -c \"import ray; ray.init(); print('Ray ran the job on', ray.util.get_node_ip_address())\""
 )
@@ -120,51 +115,39 @@ def run_demo(stack: E2EStack, *, stopping: threading.Event) -> None:
     _say("the bridge drained and deleted the Slurm nodes and deleted the JobSet: nothing is left")
 
 
-def start_shared_ray_cluster(stack: E2EStack) -> dict[str, Any]:
-    """Create the shared RayCluster (a head only) on the runner nodes and wait for KubeRay to call it
-    ready; returns the RayCluster."""
-    stack.kube.control_plane.ensure_namespace(RAY_NAMESPACE)
-    key, value = stack.settings.pool_label
-    manifest = ray_cluster_manifest(
-        RAY_CLUSTER,
-        namespace=RAY_NAMESPACE,
-        node_selector={key: value},
-        tolerations=[{"key": key, "operator": "Equal", "value": value, "effect": "NoSchedule"}],
-        # The runner nodes also run slurmd pods (host PID namespace); Ray pods want their own.
-        pod_annotations={PID_NAMESPACE_ANNOTATION: "true"},
-    )
-    stack.client.apply(f"{RAY_API}/namespaces/{RAY_NAMESPACE}/rayclusters", manifest)
-    return wait_head_ready(stack.client, namespace=RAY_NAMESPACE, name=RAY_CLUSTER, timeout=300)
-
-
-def run_ray_demo(stack: E2EStack, cluster: dict[str, Any]) -> None:
-    """Submit a RayJob to the shared cluster (clusterSelector, HTTPMode) and print where it ran."""
+def run_ray_demo(ray: RayPool) -> None:
+    """Submit a RayJob to the shared cluster (clusterSelector, HTTPMode) and print its way through the
+    Ray bridge: gated, its worker JobSet admitted by Kueue, the job run on that worker."""
     name = "sandbox-demo"
-    job = ray_job_manifest(name, namespace=RAY_NAMESPACE, cluster=RAY_CLUSTER, entrypoint=RAY_DEMO_ENTRYPOINT)
-    stack.client.apply(f"{RAY_API}/namespaces/{RAY_NAMESPACE}/rayjobs", job)
-    _say(f"created RayJob {RAY_NAMESPACE}/{name} with clusterSelector ray.io/cluster={RAY_CLUSTER}")
+    ray.create_rayjob(ray.rayjob(name, entrypoint=RAY_DEMO_ENTRYPOINT))
+    _say(f"created RayJob {ray.namespace}/{name} with clusterSelector ray.io/cluster={ray.cluster}")
     status = wait_job_status(
-        stack.client,
-        namespace=RAY_NAMESPACE,
+        ray.client,
+        namespace=ray.namespace,
         name=name,
         statuses=frozenset({"SUCCEEDED", "FAILED", "STOPPED"}),
     )
-    proxy = f"/api/v1/namespaces/{RAY_NAMESPACE}/services/{head_service(cluster)}:dashboard/proxy"
-    logs = str(stack.client.get(f"{proxy}/api/jobs/{status['jobId']}/logs").get("logs", "")).strip()
     if status["jobStatus"] != "SUCCEEDED":
-        raise StackError(f"demo: RayJob {name} ended {status['jobStatus']}: {status}\n{logs}")
-    _say(f"KubeRay submitted it to the shared head and Ray ran it: {logs.splitlines()[-1] if logs else ''}")
-
-
-def _print_ray_guide(kube: KubeStack, cluster: dict[str, Any]) -> None:
-    head = head_service(cluster)
+        raise StackError(f"demo: RayJob {name} ended {status['jobStatus']}: {status}")
+    # Its worker (and the logs on it) may be gone already: Ray's node table keeps the dead nodes.
+    driver = str((ray.ray_job(str(status["jobId"])) or {}).get("driver_node_id"))
+    ran_on = next((n for n in ray.ray_nodes() if str(n.get("node_id")) == driver), {})
+    where = "the head" if ran_on.get("is_head_node") else f"its own worker {ran_on.get('node_ip', '?')}"
     _say(
-        f"shared RayCluster {RAY_NAMESPACE}/{RAY_CLUSTER} is ready; submit RayJobs to it with "
-        f"spec.clusterSelector {{ray.io/cluster: {RAY_CLUSTER}}} (submissionMode HTTPMode) in namespace "
-        f"{RAY_NAMESPACE}"
+        "the Ray bridge gated it and queued one worker in Kueue; once admitted, the worker joined the "
+        f"shared head and Ray ran the job on {where}: SUCCEEDED"
     )
-    _say(f"its dashboard: {kube.server}/api/v1/namespaces/{RAY_NAMESPACE}/services/{head}:dashboard/proxy/")
-    _say(f"Ray workers join it at {head}.{RAY_NAMESPACE}.svc.cluster.local:6379 from runner pods")
+    ray.delete_rayjob(name)
+
+
+def _print_ray_guide(kube: KubeStack, ray: RayPool) -> None:
+    head = head_service(ray.raycluster)
+    _say(
+        f"shared RayCluster {ray.namespace}/{ray.cluster} is ready and the Ray bridge runs "
+        f"WorkloadMixing {ray.mixing_name}: RayJobs in namespace {ray.namespace} with spec.clusterSelector "
+        f"{{ray.io/cluster: {ray.cluster}}} (submissionMode HTTPMode) get their own Kueue-admitted workers"
+    )
+    _say(f"its dashboard: {kube.server}/api/v1/namespaces/{ray.namespace}/services/{head}:dashboard/proxy/")
 
 
 def _print_guide(kube: KubeStack, slurm: SlurmCluster, stack: E2EStack) -> None:
@@ -215,27 +198,30 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with (
             KubeStack(
-                workdir=workdir / "kube",
-                keep_workdir=keep,
-                components=(*COMPONENTS, "kuberay") if args.ray else COMPONENTS,
+                workdir=workdir / "kube", keep_workdir=keep, kueue_frameworks=SANDBOX_KUEUE_FRAMEWORKS
             ) as kube,
             SlurmCluster(version=args.slurm, keep_workdir=keep) as slurm,
             E2EStack(
                 kube=kube, slurm=slurm, workdir=workdir / "wiring", settings=E2ESettings(pool="sandbox")
             ) as stack,
+            contextlib.ExitStack() as ray_part,
         ):
+            register_serving_webhooks(kube)
             bridge = stack.bridge().start()
             _say(f"k8s-bridge is running (log {bridge.log_path})")
             _print_guide(kube, slurm, stack)
-            env_file = write_env_script(stack, workdir / "env.sh")
+            ray = ray_part.enter_context(RayPool(stack, workdir=workdir / "ray")) if args.ray else None
+            if ray is not None:
+                ray_bridge = ray.bridge().start()
+                ray.wait_gate_serving(ray_bridge)
+                _say(f"the Ray bridge is running (log {ray_bridge.log_path})")
+                _print_ray_guide(kube, ray)
+            env_file = write_env_script(stack, workdir / "env.sh", ray=ray)
             _say(f"in another shell: source {env_file}   (kubectl, squeue, sbatch ready; docs/tutorial.md)")
-            cluster = start_shared_ray_cluster(stack) if args.ray else None
-            if cluster is not None:
-                _print_ray_guide(kube, cluster)
             if args.demo:
                 run_demo(stack, stopping=stopping)
-                if cluster is not None:
-                    run_ray_demo(stack, cluster)
+                if ray is not None:
+                    run_ray_demo(ray)
             if not (args.demo and args.exit_after_demo):
                 _say("Ctrl-C stops the sandbox")
                 stopping.wait()

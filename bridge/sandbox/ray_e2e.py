@@ -352,6 +352,15 @@ class RayPool:
             f"/api/v1/namespaces/{self.namespace}/services/{service}:dashboard/proxy{path}"
         )
 
+    @property
+    def dashboard_url(self) -> str:
+        """The head's dashboard at its pod's address (the host reaches pods), for Ray's own clients
+        (``RAY_ADDRESS`` of ``ray job status``); this class goes through the service proxy instead."""
+        head = (self.raycluster.get("status") or {}).get("head") or {}
+        if not head.get("podIP"):
+            raise StackError(f"RayCluster {self.cluster} reports no head pod IP: {head}")
+        return f"http://{head['podIP']}:8265"
+
     def ray_jobs(self) -> list[dict[str, Any]]:
         """Every job the head knows (Ray's Job API)."""
         found = self._dashboard("/api/jobs/")

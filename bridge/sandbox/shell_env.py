@@ -4,8 +4,10 @@ Why a module: the tutorial (docs/tutorial.md) is typed into a shell beside ``scr
 and its test runs the same commands against a stack its fixtures start. Both must see the same
 variables, so both take them from :func:`shell_environment`: ``KUBECONFIG``, ``SLURM_CONF``,
 ``PATH`` with the stack's ``kubectl`` and the project's Python first, and the names a command
-needs (``SANDBOX_USER``, ``SANDBOX_JOBS``, ``SANDBOX_MIXING``). Slurm 22.05 only: the host's Slurm
-commands are 22.05's; 24.11 runs in a chroot (``stack.scontrol_prefix()``).
+needs (``SANDBOX_USER``, ``SANDBOX_JOBS``, ``SANDBOX_MIXING``; with the Ray part
+``SANDBOX_RAY_MIXING`` and ``RAY_ADDRESS``, the shared head's dashboard, which the ``ray job``
+commands read). Slurm 22.05 only: the host's Slurm commands are 22.05's; 24.11 runs in a chroot
+(``stack.scontrol_prefix()``).
 """
 
 from __future__ import annotations
@@ -17,19 +19,26 @@ from pathlib import Path
 
 from bridge.sandbox.build import stack_paths
 from bridge.sandbox.e2e import E2EStack
+from bridge.sandbox.ray_e2e import RayPool
 
 __all__ = ["env_script", "shell_environment", "write_env_script"]
 
 
-def shell_environment(stack: E2EStack, *, kubectl: Path | None = None) -> dict[str, str]:
+def shell_environment(
+    stack: E2EStack, *, ray: RayPool | None = None, kubectl: Path | None = None
+) -> dict[str, str]:
     """The variables (``PATH`` as the folders to put first, ``:``-joined)."""
     kubectl = kubectl or stack_paths().kubectl
+    ray_part = (
+        {} if ray is None else {"SANDBOX_RAY_MIXING": ray.mixing_name, "RAY_ADDRESS": ray.dashboard_url}
+    )
     return {
         "KUBECONFIG": str(stack.kube.kubeconfig),
         "SLURM_CONF": str(stack.slurm.conf_path),
         "SANDBOX_USER": stack.slurm.user,
         "SANDBOX_JOBS": str(stack.slurm.jobs_dir),
         "SANDBOX_MIXING": stack.mixing_name,
+        **ray_part,
         "PATH": f"{kubectl.parent}:{Path(sys.executable).parent}",
     }
 
@@ -45,6 +54,6 @@ def env_script(variables: Mapping[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_env_script(stack: E2EStack, path: Path) -> Path:
-    path.write_text(env_script(shell_environment(stack)))
+def write_env_script(stack: E2EStack, path: Path, *, ray: RayPool | None = None) -> Path:
+    path.write_text(env_script(shell_environment(stack, ray=ray)))
     return path
