@@ -244,6 +244,13 @@ async def test_a_secret_volume_appears_at_its_mount_path_and_follows_the_secret(
     assert running["status"]["phase"] == "Running", container_log(runner, running)
     inside = Path(f"/proc/{pid_of(running)}/root")
     path = inside / mount_dir.lstrip("/") / "now"
+
+    async def seen() -> bool:
+        return path.exists()
+
+    # The pid is the container's from its start: its command runs once its mounts are made, but seen
+    # from outside, on a loaded machine, the process may still be making them.
+    await wait_for(seen, bool, what=f"{path} inside the container")
     assert path.read_text() == "hello"
     assert (inside / mount_dir.lstrip("/") / "..data").is_symlink()
     with pytest.raises(OSError, match="Read-only file system") as written:
