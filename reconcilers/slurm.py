@@ -162,6 +162,7 @@ __all__ = [
     "RemoveFinalizer",
     "ReportUnservable",
     "RequeueHold",
+    "ResumeNodes",
     "SlurmActions",
     "SlurmObserver",
     "SlurmReconciler",
@@ -325,6 +326,16 @@ class DownNodes(Action):
     node_write: ClassVar[bool] = True
     names: tuple[str, ...]
     reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResumeNodes(Action):
+    """Resume nodes the bridge set DOWN in an earlier run of the job: their new slurmd's registration
+    then makes them IDLE (slurmctld keeps a DOWN set by hand across a slurmd's return)."""
+
+    kind: ClassVar[str] = "resume_nodes"
+    node_write: ClassVar[bool] = True
+    names: tuple[str, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -671,6 +682,11 @@ def _nodes_ready(o: Observed) -> tuple[bool, str]:
     if unusable:
         return False, f"nodes not idle with feature {feature}: {', '.join(unusable[:8])}"
     return True, f"all {len(names)} nodes registered idle with {feature}"
+
+
+def _left_down_by_the_bridge(o: Observed) -> tuple[str, ...]:
+    """The job's nodes DOWN with the bridge's own reason (set so that an earlier run could end)."""
+    return tuple(n.name for n in o.nodes if n.state is NodeState.DOWN and n.reason.startswith(COMMENT_PREFIX))
 
 
 def _changed_since_jobset(o: Observed, job: SlurmJob) -> bool:
@@ -1252,6 +1268,17 @@ def _decide_bridged(o: Observed, job: SlurmJob) -> Decision:
             phase=Phase.EVICTED,
             why=f"admitted, but {_lost_node_event(lost)}",
         )
+    left_down = _left_down_by_the_bridge(o)
+    if left_down:
+        # A requeue slower than Kueue (remote nodes are known lost only by slurmctld's timeouts) ends
+        # after the Workload is admitted again: the new pods' slurmd register nodes that are still
+        # the DOWN ones the requeue needed, and would never become IDLE.
+        return Decision(
+            actions=(*pre, ResumeNodes(names=left_down)),
+            requeue_after=WAIT_FOR_NODES,
+            phase=Phase.ADMITTED,
+            why=f"admitted, resuming {len(left_down)} node(s) the bridge set DOWN in an earlier run",
+        )
     ready, detail = _nodes_ready(o)
     if not ready:
         return Decision(
@@ -1383,6 +1410,8 @@ class SlurmActions(Protocol):
     async def drain_node(self, name: str, *, reason: str) -> None: ...
 
     async def down_node(self, name: str, *, reason: str) -> None: ...
+
+    async def resume_node(self, name: str) -> None: ...
 
     async def delete_node(self, name: str, *, down_if_busy: bool = True, reason: str = ...) -> None: ...
 
@@ -1889,6 +1918,7 @@ class SlurmReconciler:
             DeleteJobSet: self._delete_jobset,
             DrainNodes: self._drain_nodes,
             DownNodes: self._down_nodes,
+            ResumeNodes: self._resume_nodes,
             DeleteNodes: self._delete_nodes,
             Hold: self._hold,
             ConvertHold: self._hold,
@@ -1955,6 +1985,11 @@ class SlurmReconciler:
         for name in action.names:
             with contextlib.suppress(InvalidNodeName):
                 await self._slurm.down_node(name, reason=action.reason)
+
+    async def _resume_nodes(self, o: Observed, raw_js: Object | None, action: ResumeNodes) -> None:
+        for name in action.names:
+            with contextlib.suppress(InvalidNodeName):
+                await self._slurm.resume_node(name)
 
     async def _delete_nodes(self, o: Observed, raw_js: Object | None, action: DeleteNodes) -> None:
         for name in action.names:

@@ -317,6 +317,9 @@ class LiveSlurm:
     async def down_node(self, name: str, *, reason: str) -> None:
         await self._call(lambda c: c.down_node(name, reason=reason))
 
+    async def resume_node(self, name: str) -> None:
+        await self._call(lambda c: c.resume_node(name))
+
     async def delete_node(
         self, name: str, *, down_if_busy: bool = True, reason: str = "k8s-bridge: delete"
     ) -> None:

@@ -592,6 +592,10 @@ class SlurmClient:
         """Mark the node DOWN (its pod is gone): a COMPLETING job on it can then finish."""
         await self._set_node_state(name, "DOWN", reason)
 
+    async def resume_node(self, name: str) -> None:
+        """Take a DOWN (or drained) node back into service; its slurmd's registration makes it IDLE."""
+        await self._set_node_state(name, "RESUME", None)
+
     async def delete_node(
         self, name: str, *, down_if_busy: bool = True, reason: str = "k8s-bridge: delete"
     ) -> None:

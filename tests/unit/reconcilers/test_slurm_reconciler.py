@@ -174,6 +174,9 @@ class FakeSlurm:
     async def down_node(self, name: str, *, reason: str) -> None:
         self.calls.append(("down", name))
 
+    async def resume_node(self, name: str) -> None:
+        self.calls.append(("resume", name))
+
     async def delete_node(self, name: str, *, down_if_busy: bool = True, reason: str = "") -> None:
         if name in self.gone_nodes:
             raise InvalidNodeName(f"{name} gone", error_number=2018)

@@ -17,6 +17,7 @@ import pytest
 
 from bridge.admission import JobSetState, WorkloadState, WorkloadView
 from bridge.api.slurm_job import JobState, SlurmJob
+from bridge.api.slurm_node import NodeState
 from bridge.api.slurm_reservation import SlurmReservation
 from reconcilers.slurm import (
     COMMENT_PREFIX,
@@ -30,6 +31,7 @@ from reconcilers.slurm import (
     PinAndRelease,
     PodsView,
     RequeueHold,
+    ResumeNodes,
     WriteComment,
     decide,
     waiting_comment,
@@ -524,6 +526,29 @@ def test_stale_nodes_of_an_evicted_remote_jobset_go_once_kueue_has_suspended_it(
     suspended = jobset(managed_by=REMOTE)
     d = decide(observe(job(restart_count=1), js=suspended, wl=evicted, nodes=IDLE))
     assert kinds(d) == ["delete_nodes"]
+
+
+def test_nodes_the_bridge_set_down_in_a_requeue_are_resumed_once_the_job_is_admitted_again() -> None:
+    """A requeue that ended after Kueue admitted the job again (remote nodes are known lost only by
+    slurmctld's timeouts): the new pods' slurmd register nodes still DOWN, which never become IDLE
+    by themselves; a DOWN set by someone else stands."""
+    requeued = job(restart_count=1, state_reason="JobHeldUser")
+    remote = jobset(state=JobSetState.ACTIVE, managed_by=REMOTE)
+    admitted = workload(WorkloadState.ADMITTED)
+    left = node("b42-1", state=NodeState.DOWN).model_copy(
+        update={"reason": "k8s-bridge: its slurmd is gone; the job is requeued"}
+    )
+    d = decide(observe(requeued, js=remote, wl=admitted, nodes=(node("b42-0"), left)))
+    (resume,) = d.actions
+    assert isinstance(resume, ResumeNodes)
+    assert resume.names == ("b42-1",)
+    assert d.requeue_after is not None
+    by_admin = left.model_copy(update={"reason": "bad DIMM"})
+    d = decide(observe(requeued, js=remote, wl=admitted, nodes=(node("b42-0"), by_admin)))
+    assert kinds(d) == []
+    assert "waiting for nodes" in d.why
+    ready = decide(observe(requeued, js=remote, wl=admitted, nodes=IDLE))
+    assert kinds(ready) == ["pin_and_release"]
 
 
 def test_a_jobset_managed_by_jobsets_own_controller_runs_here() -> None:
