@@ -1,23 +1,30 @@
-"""Where a waiting Workload stands in its queue, from Kueue's visibility API (on-demand).
+"""Where each waiting Workload stands in its queue, from Kueue's visibility API, as a source of change.
 
 A Slurm user waiting on Kueue sees why in the job's comment (``squeue -o %k``); where the job
 stands in line is the other half of what they want to know. Kueue serves it through an aggregated
 API, ``visibility.kueue.x-k8s.io``, per LocalQueue (``pendingworkloads``): one read answers for every
-waiting job of that queue, so it is read at most once per :data:`MAX_AGE` seconds per LocalQueue.
-A cluster may not serve it (the feature gate off, the APIService missing, no RBAC to read it): then
-it is asked again only after :data:`RETRY_UNSERVED` seconds, and the comments carry no position.
+waiting Workload of that queue.
 
-A position changes each time a Workload ahead is admitted, and every change would be one more
-write to slurmctld for every job in line. :func:`position_text` therefore shows the exact place
-only near the head of the queue and ranges further back, so a job's text changes a few times over
-its whole wait.
+Places move without any event on the Workload that moved (a Workload ahead was admitted), so they
+are polled: :class:`QueuePositionSource` reads the pending list of every LocalQueue the bridge's
+JobSets use every :data:`MAX_AGE` seconds and delivers, like an informer, only the Workloads whose
+place *as shown* changed. A deep queue then costs one read per LocalQueue per poll and a reconcile
+per job whose text moved, not a look at every queued job on a timer.
+
+Every admission ahead would move every job in line by one place, and each change would be one more
+write to slurmctld per job. :func:`position_text` therefore shows the exact place only near the head
+of the queue and ranges further back, so a job's text changes a few times over its whole wait, and
+the source compares those texts, not the numbers.
+
+A cluster may not serve the API (the feature gate off, the APIService missing, no RBAC to read it):
+it is then asked again only after :data:`RETRY_UNSERVED` seconds, and the comments carry no place.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,20 +33,33 @@ import structlog
 
 from bridge.runtime.client import Client
 from bridge.runtime.errors import ApiError
+from bridge.runtime.handlers import Object
+from bridge.runtime.sources import PolledSource
 
-__all__ = ["MAX_AGE", "RETRY_UNSERVED", "VISIBILITY_API", "QueuePosition", "QueuePositions", "position_text"]
+__all__ = [
+    "MAX_AGE",
+    "MISSING_AGE",
+    "RETRY_UNSERVED",
+    "VISIBILITY_API",
+    "QueuePosition",
+    "QueuePositionSource",
+    "parse_pending",
+    "position_text",
+]
 
 log = structlog.get_logger(__name__)
 
 VISIBILITY_API = "visibility.kueue.x-k8s.io/v1beta2"
 MAX_AGE = 10.0
-"""Seconds one LocalQueue's pending list is used for before it is read again."""
+"""Seconds between two reads of the pending lists."""
 MISSING_AGE = 1.0
-"""Seconds after which a list that lacks the Workload asked for is read again (it may be new)."""
+"""Least seconds between two reads: a newcomer asks for one sooner, at most this often."""
 READ_TIMEOUT = 5.0
-"""Seconds one read may take: it is made inside a reconcile, and a queue position is optional."""
+"""Seconds one read may take."""
 PAGE_LIMIT = 1000
 """Kueue's ``pendingworkloads`` answers with at most this many (its default ``limit``)."""
+FORGET_ASKED = 600.0
+"""Seconds after which a newcomer's lookup is forgotten (it bounds what is kept)."""
 RETRY_UNSERVED = 300.0
 """Seconds before a cluster that did not serve the visibility API is asked again."""
 EXACT_UP_TO = 10
@@ -53,6 +73,10 @@ class QueuePosition:
 
     in_cluster_queue: int
     in_local_queue: int
+
+
+BEYOND_THE_LIST = QueuePosition(in_cluster_queue=PAGE_LIMIT, in_local_queue=PAGE_LIMIT)
+"""Where a Workload missing from a full list stands: Kueue lists the first :data:`PAGE_LIMIT` only."""
 
 
 def position_text(position: QueuePosition) -> str:
@@ -86,76 +110,144 @@ def parse_pending(summary: Mapping[str, Any]) -> dict[str, QueuePosition]:
     return positions
 
 
-class QueuePositions:
-    """The pending Workloads of each LocalQueue, read from Kueue at most every ``max_age`` seconds."""
+def place_object(*, namespace: str, local_queue: str, workload: str, position: QueuePosition) -> Object:
+    """What the source stores for one pending Workload: its name and the text of its place only, so
+    an update is delivered exactly when the text shown changes."""
+    return {
+        "metadata": {"namespace": namespace, "name": workload},
+        "localQueue": local_queue,
+        "place": position_text(position),
+    }
+
+
+class QueuePositionSource(PolledSource):
+    """The pending Workloads of the LocalQueues ``queues()`` names, keyed ``namespace/workload``.
+
+    Never fails a poll (a controller waits for its sources to sync): a LocalQueue whose read failed
+    keeps its last places until a read succeeds, and a cluster that does not serve the API has no
+    places at all.
+    """
 
     def __init__(
         self,
         *,
         client: Client,
-        max_age: float = MAX_AGE,
+        queues: Callable[[], Iterable[tuple[str, str]]],
+        interval: float = MAX_AGE,
+        min_interval: float = MISSING_AGE,
         retry_unserved: float = RETRY_UNSERVED,
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
+        super().__init__(
+            name="queue-positions", poll=self._read_all, key=_key, interval=interval, sleep=sleep
+        )
         self._client = client
-        self._max_age = max_age
+        self._queues = queues
+        self._min_interval = min_interval
         self._retry_unserved = retry_unserved
         self._clock = clock
-        self._read: dict[tuple[str, str], tuple[float, dict[str, QueuePosition]]] = {}
-        self._failed: set[tuple[str, str]] = set()
-        """Queues whose last read failed: read again after ``max_age``, not sooner for a newcomer."""
-        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
-        self._unserved_until = 0.0
+        self._pause = sleep
+        self._unserved_until = float("-inf")
+        self._full: set[tuple[str, str]] = set()
+        """LocalQueues whose last list was a full page: a Workload missing there stands beyond it."""
+        self._started_at = float("-inf")
+        self._answered_at = float("-inf")
+        """When the last poll that answered began (every queue read, or the API found unserved)."""
+        self._asked: dict[tuple[str, str], float] = {}
 
-    async def position(self, *, namespace: str, local_queue: str, workload: str) -> QueuePosition | None:
-        """The Workload's position; None when it is not pending there, or nobody can tell."""
-        key = (namespace, local_queue)
-        lock = self._locks.setdefault(key, asyncio.Lock())
-        async with lock:
-            now = self._clock()
-            cached = self._read.get(key)
-            if cached is not None and workload not in cached[1] and len(cached[1]) >= PAGE_LIMIT:
-                # Kueue lists the first PAGE_LIMIT only: one missing from a full list stands further back.
-                return QueuePosition(in_cluster_queue=PAGE_LIMIT, in_local_queue=PAGE_LIMIT)
-            # A Workload not in the list may have joined the queue since it was read: read again,
-            # but at most once per MISSING_AGE seconds.
-            stale = (
-                cached is not None
-                and key not in self._failed
-                and workload not in cached[1]
-                and now - cached[0] >= MISSING_AGE
+    def place(self, *, namespace: str, local_queue: str, workload: str) -> str | None:
+        """The text of the Workload's place; None when it is not known to be pending there."""
+        obj = self.store.get(f"{namespace}/{workload}")
+        if obj is not None and obj.get("localQueue") == local_queue:
+            return str(obj["place"])
+        if (namespace, local_queue) in self._full:
+            return position_text(BEYOND_THE_LIST)
+        return None
+
+    def looking_up(self, *, namespace: str, local_queue: str, workload: str) -> bool:
+        """True while a newcomer's place is being read: no poll has answered since it was first
+        asked for (one is due within :data:`MISSING_AGE`). False once one has, whatever it said,
+        and while the cluster does not serve the API."""
+        if self.place(namespace=namespace, local_queue=local_queue, workload=workload) is not None:
+            return False
+        if self._clock() < self._unserved_until:
+            return False
+        key = (namespace, workload)
+        asked = self._asked.get(key)
+        if asked is None:
+            self._asked[key] = self._clock()
+            self.trigger()
+            return True
+        return self._answered_at <= asked
+
+    async def _read_all(self) -> list[Object]:
+        wait = self._started_at + self._min_interval - self._clock()
+        if wait > 0:
+            await self._pause(wait)
+        started = self._started_at = self._clock()
+        if started < self._unserved_until:
+            return []
+        queues = sorted(set(self._queues()))
+        objects: list[Object] = []
+        if queues and not await self._served():
+            self._full.clear()
+            self._answered(started)
+            return []
+        answered = True
+        for namespace, local_queue in queues:
+            positions = await self._read(namespace, local_queue)
+            if positions is None:
+                answered = False
+                if self._clock() < self._unserved_until:
+                    self._full.clear()
+                    self._answered(started)
+                    return []
+                objects.extend(o for o in self.store.list() if _queue_of(o) == (namespace, local_queue))
+                continue
+            if len(positions) >= PAGE_LIMIT:
+                self._full.add((namespace, local_queue))
+            else:
+                self._full.discard((namespace, local_queue))
+            objects.extend(
+                place_object(namespace=namespace, local_queue=local_queue, workload=name, position=position)
+                for name, position in positions.items()
             )
-            if cached is None or stale or now - cached[0] >= self._max_age:
-                if now < self._unserved_until:
-                    return None
-                positions = await self._fetch(namespace, local_queue)
-                if positions is None:  # this read failed: the last one stands, tried again later
-                    self._failed.add(key)
-                    self._read[key] = (self._clock(), cached[1] if cached is not None else {})
-                    return cached[1].get(workload) if cached is not None else None
-                self._failed.discard(key)
-                cached = (self._clock(), positions)
-                self._read[key] = cached
-                if workload not in positions and len(positions) >= PAGE_LIMIT:
-                    return QueuePosition(in_cluster_queue=PAGE_LIMIT, in_local_queue=PAGE_LIMIT)
-            return cached[1].get(workload)
+        self._full.intersection_update(queues)
+        if answered:
+            self._answered(started)
+        return objects
 
-    async def _fetch(self, namespace: str, local_queue: str) -> dict[str, QueuePosition] | None:
-        """One LocalQueue's pending Workloads; None when they could not be read. The cluster not
-        serving the API at all (its group unknown, unavailable or forbidden) stops all reads for
-        ``retry_unserved``; any other failure is this queue's, for this read only."""
+    def _answered(self, started: float) -> None:
+        self._answered_at = started
+        # A newcomer answered stays known as answered (no second lookup while it waits), for a
+        # while: one that still waits then may cost one more early read.
+        forget_before = started - FORGET_ASKED
+        if any(at < forget_before for at in self._asked.values()):
+            self._asked = {key: at for key, at in self._asked.items() if at >= forget_before}
+
+    async def _served(self) -> bool:
+        """Whether the cluster serves the API; if not, no read for ``retry_unserved`` seconds."""
         try:
             async with asyncio.timeout(READ_TIMEOUT):
                 await self._client.resource(VISIBILITY_API, "localqueues")
         except (ApiError, aiohttp.ClientError, TimeoutError) as exc:
-            self._unserved_until = self._clock() + self._retry_unserved
-            self._read.clear()
-            log.info(
-                "Kueue's visibility API is not served here: comments show no queue position",
-                error=str(exc),
-                retry_in=self._retry_unserved,
-            )
-            return None
+            self._unserved(exc)
+            return False
+        return True
+
+    def _unserved(self, exc: BaseException) -> None:
+        self._unserved_until = self._clock() + self._retry_unserved
+        log.info(
+            "Kueue's visibility API is not served here: comments show no queue position",
+            error=str(exc),
+            retry_in=self._retry_unserved,
+        )
+
+    async def _read(self, namespace: str, local_queue: str) -> dict[str, QueuePosition] | None:
+        """One LocalQueue's pending Workloads; None when they could not be read. Forbidden or
+        unavailable is the cluster's (no read for ``retry_unserved``); any other failure is this
+        queue's, for this read only."""
         try:
             async with asyncio.timeout(READ_TIMEOUT):
                 summary = await self._client.get(
@@ -167,8 +259,8 @@ class QueuePositions:
                 )
         except (ApiError, aiohttp.ClientError, TimeoutError) as exc:
             if isinstance(exc, ApiError) and exc.status in (403, 503):
-                self._unserved_until = self._clock() + self._retry_unserved
-                self._read.clear()
+                self._unserved(exc)
+                return None
             log.info(
                 "cannot read a LocalQueue's pending Workloads",
                 namespace=namespace,
@@ -177,3 +269,12 @@ class QueuePositions:
             )
             return None
         return parse_pending(summary)
+
+
+def _key(obj: Object) -> str:
+    meta = obj["metadata"]
+    return f"{meta['namespace']}/{meta['name']}"
+
+
+def _queue_of(obj: Object) -> tuple[str, str]:
+    return (str(obj["metadata"]["namespace"]), str(obj.get("localQueue")))

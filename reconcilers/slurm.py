@@ -57,6 +57,7 @@ import contextlib
 import enum
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Protocol
@@ -96,7 +97,7 @@ from bridge.slurmrest.errors import (
     SlurmAuthError,
     SlurmUnavailable,
 )
-from reconcilers.queue_positions import QueuePosition, QueuePositions, position_text
+from reconcilers.queue_positions import MISSING_AGE, QueuePositionSource
 from reconcilers.slurm_reservations import ReservationCache
 from reconcilers.slurm_waiting import (
     RETRY_AFTER_GIVE_BACK,
@@ -190,6 +191,8 @@ INDEX_JOB = "slurm-job"
 """Informer/store index: ``<cluster>/<job id>`` of a JobSet or pod (labels); job id of a node."""
 INDEX_JOB_UID = "job-uid"
 """Workload index: the JobSet uid in ``kueue.x-k8s.io/job-uid``."""
+INDEX_LOCAL_QUEUE = "local-queue"
+"""JobSet index: ``<namespace>/<LocalQueue>`` of the queue a JobSet is submitted to."""
 
 WAIT_FOR_NODES = 1.0
 """Seconds between looks while admitted and waiting for the job's nodes (the node source also
@@ -210,9 +213,11 @@ WAIT_FOR_DEPENDENCY = 30.0
 WAIT_FOR_RESERVATION = 15.0
 """Seconds between looks at a job waiting for its reservation: a reservation changes (starts, is
 updated or deleted) without its jobs changing."""
-WAIT_FOR_POSITION = 60.0
-"""Seconds between looks at a job waiting in Kueue while Kueue serves queue positions: they move with
-admissions ahead, with no event on this job's Workload."""
+WAIT_FOR_PLACE = MISSING_AGE + 0.5
+"""Seconds before looking again at a job new in Kueue's queue whose place is being read: its first
+comment then names the place, rather than a second write adding it."""
+TRANSLATIONS_KEPT = 512
+"""Translations the observer keeps for jobs it may look at again (:meth:`SlurmObserver._translate`)."""
 WAIT_FOR_SLOT = 10.0
 """Seconds between looks while ``limits.maxBridgedJobs`` JobSets exist."""
 SLURM_RETRY = 5.0
@@ -597,8 +602,11 @@ class Observed:
     dependees: Mapping[int, SlurmJob | None] | None = None
     """The jobs this job depends on, as last polled (None: gone from slurmctld); None when it depends
     on none, or nobody looked."""
-    queue_position: QueuePosition | None = None
-    """Where the pending Workload stands in its ClusterQueue (Kueue's visibility API), when served."""
+    queue_place: str | None = None
+    """Where the pending Workload stands in its ClusterQueue, as shown ("3rd in its ClusterQueue";
+    Kueue's visibility API), when served."""
+    queue_place_pending: bool = False
+    """The Workload is new in its queue and its place is being read (within a second or so)."""
     reservations: Mapping[str, SlurmReservation] | None = None
     """slurmctld's reservations by name, as last listed, for a job that asks for one; None when it
     asks for none, or nobody could look."""
@@ -822,29 +830,31 @@ def _polite_comment(job: SlurmJob, text: str) -> tuple[Action, ...]:
     return (WriteComment(text=text),)
 
 
-def _queue_text(wl: WorkloadView | None, position: QueuePosition | None = None) -> str | None:
+def _queue_text(wl: WorkloadView | None, place: str | None = None) -> str | None:
     """What Kueue says of a Workload that waits, for the job's comment; None when it says nothing.
 
     Numbers are dropped ("1 more needed"; how many pods topology-aware scheduling could place now,
     "allows to fit only 2 out of 3 pod(s)" -> "allows to fit only some of 3 pod(s)"): they change as
     other jobs are admitted, and each change would be one more write to slurmctld for every job in the
-    queue. The position, where Kueue serves it, is shown exactly near the head only
-    (:func:`position_text`), for the same reason."""
+    queue. The place, where Kueue serves it, is shown exactly near the head only
+    (:func:`reconcilers.queue_positions.position_text`), for the same reason."""
     if wl is None or not (wl.reason or wl.message):
         return None
     message = re.sub(r",? *[0-9.]+[A-Za-z]* more needed", "", wl.message)
     message = re.sub(r"allows to fit only \d+ out of (\d+)", r"allows to fit only some of \1", message)
-    place = f" ({position_text(position)})" if position is not None else ""
-    return _one_line(f"{COMMENT_PREFIX}queued in Kueue{place}: {wl.reason or 'Pending'}: {message}")
+    where = f" ({place})" if place is not None else ""
+    return _one_line(f"{COMMENT_PREFIX}queued in Kueue{where}: {wl.reason or 'Pending'}: {message}")
 
 
 def _look_again_while_queued(o: Observed, *, told: bool) -> float | None:
-    """When to look again at a job waiting in Kueue: once its comment may be written, if one is due;
-    every ``WAIT_FOR_POSITION`` seconds while Kueue serves positions (they move without an event on
-    this job's Workload); else on the next change."""
-    if not told and _queue_text(o.workload, o.queue_position) is not None and not o.comment_due:
+    """When to look again at a job waiting in Kueue: once its place is read, if it is being read;
+    once its comment may be written, if one is due; else on the next change (its place moving is one:
+    the place source delivers it)."""
+    if o.queue_place_pending:
+        return WAIT_FOR_PLACE
+    if not told and _queue_text(o.workload, o.queue_place) is not None and not o.comment_due:
         return o.comment_retry
-    return WAIT_FOR_POSITION if o.queue_position is not None else None
+    return None
 
 
 def never_admissible(wl: WorkloadView) -> bool:
@@ -857,8 +867,8 @@ def _queued_comment(o: Observed, job: SlurmJob) -> tuple[Action, ...]:
     """While Kueue keeps the job waiting, its comment says why (``squeue -o %k``): over an empty
     comment or the bridge's own only, at a bounded rate (``Observed.comment_due``), with a Warning
     Event when the Workload can never be admitted as things are."""
-    text = _queue_text(o.workload, o.queue_position)
-    if text is None or not o.comment_due or not _polite_comment(job, text):
+    text = _queue_text(o.workload, o.queue_place)
+    if text is None or o.queue_place_pending or not o.comment_due or not _polite_comment(job, text):
         return ()
     assert o.workload is not None
     event = "Inadmissible" if never_admissible(o.workload) else ""
@@ -1345,6 +1355,13 @@ pod_job_keys = jobset_job_keys
 """Index of pods: the same labels are on every slurmd pod."""
 
 
+def jobset_queue_keys(obj: Object) -> list[str]:
+    """Index of JobSets: ``<namespace>/<LocalQueue>`` from Kueue's queue-name label."""
+    meta = obj.get("metadata") or {}
+    queue = (meta.get("labels") or {}).get(QUEUE_NAME_LABEL)
+    return [f"{meta.get('namespace')}/{queue}"] if queue and _labels_key(obj) is not None else []
+
+
 def workload_uid_keys(obj: Object) -> list[str]:
     uid = ((obj.get("metadata") or {}).get("labels") or {}).get(JOB_UID_LABEL)
     return [str(uid)] if uid else []
@@ -1534,6 +1551,10 @@ class SlurmObserver:
         self.nodes = nodes
         self.child_jobs = child_jobs if child_jobs is not None else Store(indexers={INDEX_JOB: pod_job_keys})
         self._bridged_count: tuple[tuple[int, str], int] | None = None
+        self._translations: OrderedDict[
+            int, tuple[SlurmJob, WorkloadMixingSpec, Translation | Untranslatable]
+        ]
+        self._translations = OrderedDict()
         self._options = options
         self._wall_clock = wall_clock
 
@@ -1576,7 +1597,9 @@ class SlurmObserver:
         key = job_key(cluster, job_id)
         translation: Translation | Untranslatable | None = None
         if job is not None and spec is not None and not job.is_finished:
-            translation = translate(job, spec, options=self._options)
+            translation = self._translate(job, spec)
+        else:
+            self._translations.pop(job_id, None)
         raw_js = self._jobset_of(key)
         view = describe_jobset(raw_js) if raw_js is not None else None
         # Only this JobSet's Jobs: those of a deleted predecessor may linger until collected.
@@ -1631,6 +1654,25 @@ class SlurmObserver:
         )
         return observed, raw_js
 
+    def _translate(self, job: SlurmJob, spec: WorkloadMixingSpec) -> Translation | Untranslatable:
+        """``translate(job, spec)``, kept while the job and the configuration are the very objects it
+        was made from: both are immutable, and the job source hands out the same ``SlurmJob`` for as
+        long as slurmctld reports the job unchanged, so a job that waits is translated once, not at
+        every look (a tenth of a deep queue's reconciling, profiled). The last ``TRANSLATIONS_KEPT``
+        only: a translation holds its JobSet manifest, and the jobs looked at again and again are
+        few (the head of the queue, the admitted ones)."""
+        kept = self._translations
+        made = kept.get(job.job_id)
+        if made is not None and made[0] is job and made[1] is spec:
+            kept.move_to_end(job.job_id)
+            return made[2]
+        translation = translate(job, spec, options=self._options)
+        kept[job.job_id] = (job, spec, translation)
+        kept.move_to_end(job.job_id)
+        if len(kept) > TRANSLATIONS_KEPT:
+            kept.popitem(last=False)
+        return translation
+
     def _bridged_jobs(self, cluster: str) -> int:
         """JobSets of this Slurm cluster (the informer may hold other clusters' too): counted again only
         when the JobSet store changed, not at every reconcile (a count over every JobSet)."""
@@ -1658,7 +1700,7 @@ class SlurmReconciler:
         metrics: SlurmMetrics,
         child_jobs: Store | None = None,
         reservations: ReservationCache | None = None,
-        queue_positions: QueuePositions | None = None,
+        queue_positions: QueuePositionSource | None = None,
         nodes_trigger: Callable[[], None] | None = None,
         recorder: EventRecorder | None = None,
         on_phases: Callable[[Mapping[str, int]], None] | None = None,
@@ -1749,7 +1791,7 @@ class SlurmReconciler:
             return None
         return await self._reservations.get()
 
-    async def _with_queue_position(self, observed: Observed, raw_js: Object | None) -> Observed:
+    def _with_queue_place(self, observed: Observed, raw_js: Object | None) -> Observed:
         """``observed`` with its Workload's place in line, while the Workload waits for quota."""
         wl = observed.workload
         if (
@@ -1762,10 +1804,13 @@ class SlurmReconciler:
         queue = ((raw_js.get("metadata") or {}).get("labels") or {}).get(QUEUE_NAME_LABEL)
         if not queue:
             return observed
-        position = await self._queue_positions.position(
-            namespace=wl.namespace, local_queue=str(queue), workload=wl.name
-        )
-        return replace(observed, queue_position=position) if position is not None else observed
+        where = {"namespace": wl.namespace, "local_queue": str(queue), "workload": wl.name}
+        place = self._queue_positions.place(**where)
+        if place is not None:
+            return replace(observed, queue_place=place)
+        if self._queue_positions.looking_up(**where):
+            return replace(observed, queue_place_pending=True)
+        return observed
 
     async def _fresh_job(self, job_id: int) -> SlurmJob | None:
         try:
@@ -1783,7 +1828,7 @@ class SlurmReconciler:
         key = job_key(cluster, job_id)
         job = self._jobs.job(job_id)
         observed, raw_js = self.observe(job_id, job, reservations=await self._reservations_for(job))
-        observed = await self._with_queue_position(observed, raw_js)
+        observed = self._with_queue_place(observed, raw_js)
         decision = decide(observed)
         try:
             if decision.needs_confirmation:
@@ -1794,7 +1839,7 @@ class SlurmReconciler:
                 observed, raw_js = self.observe(
                     job_id, fresh, reservations=await self._reservations_for(fresh)
                 )
-                observed = await self._with_queue_position(observed, raw_js)
+                observed = self._with_queue_place(observed, raw_js)
                 decision = decide(observed)
             self._track(key, decision)
             if decision.actions:

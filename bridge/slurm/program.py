@@ -58,11 +58,12 @@ from bridge.runtime.handlers import Object
 from bridge.runtime.informer import Informer, SharedInformerFactory
 from bridge.slurmrest.auth import CallableToken, FileToken, TokenSource
 from bridge.slurmrest.errors import InvalidJobId, SlurmError
-from reconcilers.queue_positions import QueuePositions
+from reconcilers.queue_positions import QueuePositionSource
 from reconcilers.slurm import (
     INDEX_DEPENDS_ON,
     INDEX_JOB,
     INDEX_JOB_UID,
+    INDEX_LOCAL_QUEUE,
     Observed,
     Phase,
     SlurmObserver,
@@ -70,6 +71,7 @@ from reconcilers.slurm import (
     decide,
     dependency_keys,
     jobset_job_keys,
+    jobset_queue_keys,
     node_job_id,
     node_job_keys,
     pod_job_keys,
@@ -283,6 +285,7 @@ class SlurmBridge(BridgeProgram):
         )
         kube = await _KubeSide.start(shell.factory)
         jobs, nodes = self._sources(slurm, config=config, kube=kube)
+        places = QueuePositionSource(client=shell.client, queues=lambda: _local_queues(kube.jobsets))
         metrics.live.nodes = lambda: _node_states(nodes)
         reconciler = SlurmReconciler(
             client=shell.client,
@@ -295,7 +298,7 @@ class SlurmBridge(BridgeProgram):
             nodes=nodes.store,
             child_jobs=kube.child_jobs.store,
             reservations=ReservationCache(list_reservations=slurm.list_reservations),
-            queue_positions=QueuePositions(client=shell.client),
+            queue_positions=places,
             nodes_trigger=nodes.trigger,
             metrics=metrics,
             recorder=shell.recorder,
@@ -323,8 +326,10 @@ class SlurmBridge(BridgeProgram):
             max_concurrent_reconciles=s.max_concurrent_reconciles,
             registry=self.registry,
         )
-        _watch(controller, config=config, kube=kube, jobs=jobs, nodes=nodes, reconciler=reconciler)
-        return Wiring(controllers=[controller], caches=[jobs, nodes], close=slurm.close)
+        _watch(
+            controller, config=config, kube=kube, jobs=jobs, nodes=nodes, places=places, reconciler=reconciler
+        )
+        return Wiring(controllers=[controller], caches=[jobs, nodes, places], close=slurm.close)
 
     def _sources(
         self, slurm: LiveSlurm, *, config: SlurmMixing, kube: _KubeSide
@@ -383,7 +388,7 @@ class _KubeSide:
                 JOBSET_API_VERSION,
                 JOBSET_KIND,
                 label_selector=LABEL_JOB_ID,
-                indexers={INDEX_JOB: jobset_job_keys},
+                indexers={INDEX_JOB: jobset_job_keys, INDEX_LOCAL_QUEUE: jobset_queue_keys},
             ),
             workloads=await factory.informer(
                 WORKLOAD_API_VERSION,
@@ -398,6 +403,14 @@ class _KubeSide:
                 "batch/v1", "Job", label_selector=LABEL_JOB_ID, indexers={INDEX_JOB: pod_job_keys}
             ),
         )
+
+
+def _local_queues(jobsets: Informer) -> list[tuple[str, str]]:
+    """The LocalQueues the bridge's JobSets are submitted to, as ``(namespace, name)``."""
+    return [
+        (key.partition("/")[0], key.partition("/")[2])
+        for key in jobsets.store.index_values(INDEX_LOCAL_QUEUE)
+    ]
 
 
 def _node_states(nodes: SlurmNodeSource) -> dict[str, int]:
@@ -415,9 +428,11 @@ def _watch(
     kube: _KubeSide,
     jobs: SlurmJobSource,
     nodes: SlurmNodeSource,
+    places: QueuePositionSource,
     reconciler: SlurmReconciler,
 ) -> None:
-    """What reconciles a job: its own changes and its dependencies', its nodes, its Kubernetes objects."""
+    """What reconciles a job: its own changes and its dependencies', its nodes, its Kubernetes objects,
+    its Workload's place in line."""
 
     def by_labels(obj: Object) -> list[Request]:
         return [request_for_key(key) for key in jobset_job_keys(obj)]
@@ -442,7 +457,14 @@ def _watch(
     controller.watch(kube.jobsets, map_to=by_labels)
     controller.watch(kube.pods, map_to=by_labels)
     controller.watch(kube.child_jobs, map_to=by_labels)
-    controller.watch(kube.workloads, map_to=through_owner_jobset(kube.jobsets.store, by_labels))
+    by_workload = through_owner_jobset(kube.jobsets.store, by_labels)
+
+    def by_place(obj: Object) -> list[Request]:
+        workload = kube.workloads.store.get(f"{obj['metadata']['namespace']}/{obj['metadata']['name']}")
+        return by_workload(workload) if workload is not None else []
+
+    controller.watch(kube.workloads, map_to=by_workload)
+    controller.watch(places, map_to=by_place)
 
 
 # --- explain -------------------------------------------------------------------------------------

@@ -12,14 +12,15 @@ import pytest
 from bridge.admission import WorkloadState
 from bridge.runtime.client import Client
 from bridge.runtime.errors import ApiError
+from bridge.runtime.handlers import Object
 from reconcilers.queue_positions import (
     PAGE_LIMIT,
     QueuePosition,
-    QueuePositions,
+    QueuePositionSource,
     parse_pending,
     position_text,
 )
-from reconcilers.slurm import WAIT_FOR_POSITION, decide
+from reconcilers.slurm import WAIT_FOR_PLACE, decide
 from tests.fixtures.slurm_decisions import job, jobset, kinds, observe, workload
 
 
@@ -71,6 +72,7 @@ class FakeVisibility:
         self.fail: ApiError | None = None
         self.unserved: ApiError | None = None
         self.body = summary(("wl-a", 4, 2))
+        self.bodies: dict[str, dict[str, Any]] = {}
 
     async def resource(self, api_version: str, kind: str) -> object:
         if self.unserved is not None:
@@ -88,9 +90,11 @@ class FakeVisibility:
     ) -> dict[str, Any]:
         self.calls.append((f"{api_version}/{kind}/{name}", namespace, subresource))
         await asyncio.sleep(0)
+        if self.unserved is not None:
+            raise self.unserved
         if self.fail is not None:
             raise self.fail
-        return self.body
+        return self.bodies.get(name, self.body)
 
 
 class Clock:
@@ -101,91 +105,207 @@ class Clock:
         return self.now
 
 
-async def test_one_read_per_local_queue_serves_every_waiting_job_until_it_is_old() -> None:
-    api, clock = FakeVisibility(), Clock()
-    positions = QueuePositions(client=cast(Client, api), max_age=10.0, clock=clock)
-    got = await asyncio.gather(
-        *(positions.position(namespace="hpc", local_queue="q", workload=w) for w in ("wl-a", "wl-b") * 5)
+class Sleeps:
+    """The source's sleep: records what it was asked to wait, advances the clock, never blocks."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.asked: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.asked.append(seconds)
+        self.clock.now += seconds
+
+
+class Events:
+    """What a controller watching the source would get."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, str]] = []
+
+    def on_add(self, obj: Object, *, is_initial_list: bool) -> None:
+        self.seen.append(("add", obj["metadata"]["name"], obj["place"]))
+
+    def on_update(self, old: Object, new: Object) -> None:
+        self.seen.append(("update", new["metadata"]["name"], new["place"]))
+
+    def on_delete(self, obj: Object) -> None:
+        self.seen.append(("delete", obj["metadata"]["name"], obj["place"]))
+
+
+def source(
+    api: FakeVisibility, clock: Clock, queues: list[tuple[str, str]] | None = None, **options: Any
+) -> tuple[QueuePositionSource, Events]:
+    places = QueuePositionSource(
+        client=cast(Client, api),
+        queues=lambda: queues if queues is not None else [("hpc", "q")],
+        clock=clock,
+        sleep=options.pop("sleep", None) or Sleeps(clock),
+        **options,
     )
+    events = Events()
+    places.add_handler(events)
+    return places, events
+
+
+async def test_one_read_per_local_queue_places_every_waiting_workload() -> None:
+    api, clock = FakeVisibility(), Clock()
+    api.body = summary(("wl-a", 4, 2), ("wl-b", 0, 0))
+    places, _ = source(api, clock, [("hpc", "q"), ("hpc", "q")])
+    await places.poll_once()
     assert api.calls == [("visibility.kueue.x-k8s.io/v1beta2/localqueues/q", "hpc", "pendingworkloads")]
-    assert got[0] == QueuePosition(in_cluster_queue=4, in_local_queue=2)
-    assert got[1] is None  # not pending there (admitted meanwhile, or another queue's)
-    clock.now = 0.9
-    await positions.position(namespace="hpc", local_queue="q", workload="wl-b")
-    assert len(api.calls) == 1
-    clock.now = 10.0
-    await positions.position(namespace="hpc", local_queue="q", workload="wl-a")
-    assert len(api.calls) == 2
+    assert places.place(namespace="hpc", local_queue="q", workload="wl-a") == "5th in its ClusterQueue"
+    assert places.place(namespace="hpc", local_queue="q", workload="wl-b") == "1st in its ClusterQueue"
+    # Not pending there: admitted meanwhile, or another queue's.
+    assert places.place(namespace="hpc", local_queue="q", workload="wl-c") is None
+    assert places.place(namespace="hpc", local_queue="other", workload="wl-a") is None
 
 
-async def test_a_workload_missing_from_the_list_has_it_read_again_after_a_second() -> None:
-    """The list was read for another job just before this Workload joined the queue."""
+async def test_only_a_change_of_the_place_shown_is_delivered() -> None:
+    """An admission ahead moves every Workload one place: only those whose text moved are told."""
     api, clock = FakeVisibility(), Clock()
-    positions = QueuePositions(client=cast(Client, api), max_age=10.0, clock=clock)
-    assert await positions.position(namespace="hpc", local_queue="q", workload="wl-new") is None
+    api.body = summary(*((f"wl-{i}", i, i) for i in range(40)))
+    places, events = source(api, clock)
+    await places.poll_once()
+    events.seen.clear()
+    api.body = summary(*((f"wl-{i}", i - 1, i - 1) for i in range(1, 40)))  # wl-0 admitted
+    await places.poll_once()
+    assert ("delete", "wl-0", "1st in its ClusterQueue") in events.seen
+    moved = sorted(name for kind, name, _ in events.seen if kind == "update")
+    # 2nd..10th become 1st..9th, the 11th becomes 10th, the 21st (11th-20th) and 51st: no others.
+    assert moved == sorted([*(f"wl-{i}" for i in range(1, 11)), "wl-20"])
+    assert len(events.seen) == 1 + len(moved)
+
+
+async def test_a_newcomer_is_looked_up_once_soon_and_its_comment_waits_for_it() -> None:
+    api, clock = FakeVisibility(), Clock()
+    sleeps = Sleeps(clock)
+    places, events = source(api, clock, sleep=sleeps)
+    await places.poll_once()
+    where = {"namespace": "hpc", "local_queue": "q", "workload": "wl-new"}
+    assert places.looking_up(**where)
+    assert places.looking_up(**where)  # still: no read since it was asked
     api.body = summary(("wl-a", 4, 2), ("wl-new", 5, 3))
-    clock.now = 1.0
-    assert await positions.position(namespace="hpc", local_queue="q", workload="wl-new") == QueuePosition(
-        in_cluster_queue=5, in_local_queue=3
-    )
-    assert len(api.calls) == 2
+    clock.now += 0.2
+    await places.poll_once()
+    assert sleeps.asked == [pytest.approx(0.8)]  # at most one read per MISSING_AGE
+    assert places.place(**where) == "6th in its ClusterQueue"
+    assert not places.looking_up(**where)
+    assert ("add", "wl-new", "6th in its ClusterQueue") in events.seen
+
+
+async def test_a_newcomer_the_read_did_not_find_is_not_looked_up_again() -> None:
+    """Not listed (not queued in Kueue yet, or just admitted): its comment goes without a place."""
+    api, clock = FakeVisibility(), Clock()
+    places, _ = source(api, clock)
+    where = {"namespace": "hpc", "local_queue": "q", "workload": "wl-gone"}
+    assert places.looking_up(**where)
+    clock.now += 0.1
+    await places.poll_once()
+    calls = len(api.calls)
+    for _ in range(5):
+        clock.now += 2.0
+        assert not places.looking_up(**where)
+    assert len(api.calls) == calls
 
 
 async def test_a_cluster_without_the_visibility_api_is_asked_again_only_much_later() -> None:
     api, clock = FakeVisibility(), Clock()
     api.unserved = ApiError(404, "NotFound", "the server could not find the requested resource")
-    positions = QueuePositions(client=cast(Client, api), retry_unserved=300.0, clock=clock)
-    for queue in ("q", "q", "other"):
-        assert await positions.position(namespace="hpc", local_queue=queue, workload="wl-a") is None
+    places, _ = source(api, clock, retry_unserved=300.0)
+    await places.poll_once()
+    assert places.has_synced()  # the controller waiting on it starts
+    assert not places.looking_up(namespace="hpc", local_queue="q", workload="wl-a")
+    for _ in range(3):
+        clock.now += 50.0
+        await places.poll_once()
     assert api.calls == []  # asked once (discovery), then not for 300 s
     api.unserved = None
     clock.now = 301.0
-    assert await positions.position(namespace="hpc", local_queue="q", workload="wl-a") is not None
+    await places.poll_once()
+    assert places.place(namespace="hpc", local_queue="q", workload="wl-a") == "5th in its ClusterQueue"
 
 
-def test_the_waiting_comment_leads_with_the_place_and_the_job_is_looked_at_again() -> None:
+async def test_forbidden_stops_every_read_and_drops_the_places() -> None:
+    api, clock = FakeVisibility(), Clock()
+    places, events = source(api, clock, retry_unserved=300.0)
+    await places.poll_once()
+    api.fail = ApiError(403, "Forbidden", "cannot get resource localqueues/pendingworkloads")
+    clock.now += 10.0
+    await places.poll_once()
+    assert ("delete", "wl-a", "5th in its ClusterQueue") in events.seen
+    calls = len(api.calls)
+    clock.now += 100.0
+    await places.poll_once()
+    assert len(api.calls) == calls
+
+
+def test_the_waiting_comment_leads_with_the_place_and_waits_for_nothing_but_events() -> None:
     pending = replace(
         workload(WorkloadState.PENDING, reason="Pending"),
         message="couldn't assign flavors: insufficient quota, 1 more needed",
     )
-    placed = decide(
-        observe(
-            job(), js=jobset(), wl=pending, queue_position=QueuePosition(in_cluster_queue=2, in_local_queue=0)
-        )
-    )
+    placed = decide(observe(job(), js=jobset(), wl=pending, queue_place="3rd in its ClusterQueue"))
     (comment,) = [a for a in placed.actions if a.kind == "write_comment"]
     assert "queued in Kueue (3rd in its ClusterQueue): Pending: couldn't assign flavors" in str(comment)
-    assert placed.requeue_after == WAIT_FOR_POSITION
+    assert placed.requeue_after is None  # the place source delivers the next move
     unplaced = decide(observe(job(), js=jobset(), wl=pending))
     assert kinds(unplaced).count("write_comment") == 1
     assert unplaced.requeue_after is None  # nothing moves without an event on its Workload
 
 
-async def test_one_local_queue_failing_keeps_the_others_and_its_last_positions() -> None:
+def test_the_first_comment_waits_while_the_place_is_read() -> None:
+    pending = replace(workload(WorkloadState.PENDING, reason="Pending"), message="insufficient quota")
+    looking = decide(observe(job(), js=jobset(), wl=pending, queue_place_pending=True))
+    assert "write_comment" not in kinds(looking)
+    assert looking.requeue_after == WAIT_FOR_PLACE
+
+
+async def test_one_local_queue_failing_keeps_the_others_and_its_last_places() -> None:
     """A LocalQueue without a ClusterQueue answers 404, a busy server 429: that queue's read only."""
     api, clock = FakeVisibility(), Clock()
-    positions = QueuePositions(client=cast(Client, api), max_age=10.0, clock=clock)
-    first = await positions.position(namespace="hpc", local_queue="q", workload="wl-a")
-    assert first is not None
+    api.bodies["other"] = summary(("wl-o", 0, 0))
+    places, events = source(api, clock, [("hpc", "q"), ("hpc", "other")])
+    await places.poll_once()
+    events.seen.clear()
     api.fail = ApiError(429, "TooManyRequests", "slow down")
-    clock.now = 10.0
-    assert await positions.position(namespace="hpc", local_queue="q", workload="wl-a") == first
-    assert await positions.position(namespace="hpc", local_queue="other", workload="wl-a") is None
+    clock.now += 10.0
+    await places.poll_once()
+    assert events.seen == []
+    assert places.place(namespace="hpc", local_queue="q", workload="wl-a") == "5th in its ClusterQueue"
+    assert places.place(namespace="hpc", local_queue="other", workload="wl-o") == "1st in its ClusterQueue"
+    # The newcomer's lookup is not over while reads fail: its comment waits for the next good read.
+    assert places.looking_up(namespace="hpc", local_queue="q", workload="wl-b")
+    clock.now += 1.0
+    await places.poll_once()
+    assert places.looking_up(namespace="hpc", local_queue="q", workload="wl-b")
     api.fail = None
-    clock.now = 15.0  # a queue whose read failed is not read again each second for a newcomer
-    assert await positions.position(namespace="hpc", local_queue="other", workload="wl-b") is None
-    assert len(api.calls) == 3
-    clock.now = 20.0
-    assert await positions.position(namespace="hpc", local_queue="other", workload="wl-a") == first
+    clock.now += 1.0
+    await places.poll_once()
+    assert not places.looking_up(namespace="hpc", local_queue="q", workload="wl-b")
 
 
-async def test_a_workload_missing_from_a_full_list_stands_beyond_it_without_a_read_each_second() -> None:
+async def test_a_workload_missing_from_a_full_list_stands_beyond_it() -> None:
     api, clock = FakeVisibility(), Clock()
     api.body = summary(*((f"wl-{i}", i, i) for i in range(PAGE_LIMIT)))
-    positions = QueuePositions(client=cast(Client, api), clock=clock)
-    for step in range(5):
-        clock.now = float(step) * 2
-        far = await positions.position(namespace="hpc", local_queue="q", workload="wl-far")
-        assert far is not None
-        assert position_text(far) == "beyond the 1000th in its ClusterQueue"
+    places, _ = source(api, clock)
+    await places.poll_once()
+    where = {"namespace": "hpc", "local_queue": "q", "workload": "wl-far"}
+    assert places.place(**where) == "beyond the 1000th in its ClusterQueue"
+    assert not places.looking_up(**where)
+    api.body = summary(("wl-0", 0, 0))
+    clock.now += 10.0
+    await places.poll_once()
+    assert places.place(**where) is None
+
+
+async def test_a_queue_no_jobset_uses_any_more_is_forgotten() -> None:
+    api, clock = FakeVisibility(), Clock()
+    queues = [("hpc", "q")]
+    places, events = source(api, clock, queues)
+    await places.poll_once()
+    queues.clear()
+    clock.now += 10.0
+    await places.poll_once()
+    assert events.seen[-1] == ("delete", "wl-a", "5th in its ClusterQueue")
     assert len(api.calls) == 1

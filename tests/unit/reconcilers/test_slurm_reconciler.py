@@ -1018,3 +1018,23 @@ async def test_a_foreground_deletion_with_running_pods_deletes_their_jobs_in_the
     w.pods.pop(w.pods.key_of(pod))
     await w.reconcile()
     assert ("delete", "JobSet", "slurm-hpc-42", "Background") in w.kube.calls
+
+
+def test_a_job_that_did_not_change_is_not_translated_again() -> None:
+    """The job source hands out the same SlurmJob while slurmctld reports the job unchanged: a queued
+    job looked at again keeps its translation; a changed job or configuration is translated anew."""
+    w = World()
+    job = held()
+    first, _ = w.reconciler.observer.observe(42, job)
+    again, _ = w.reconciler.observer.observe(42, job)
+    assert isinstance(first.translation, Translation)
+    assert again.translation is first.translation
+    changed, _ = w.reconciler.observer.observe(42, job.model_copy(update={"node_count": 3}))
+    assert changed.translation is not first.translation
+    assert isinstance(changed.translation, Translation)
+    assert len(changed.translation.node_names) == 3
+    gone, _ = w.reconciler.observer.observe(42, None)
+    assert gone.translation is None
+    back, _ = w.reconciler.observer.observe(42, job)
+    assert back.translation is not first.translation
+    assert back.translation == first.translation
