@@ -7,9 +7,11 @@ a user cancels everything (``scancel -u someone``). The throughput benchmark mea
 
 ``K8S_BRIDGE_SOAK_QUEUED`` (300) held 1-node, 1-CPU jobs of ``sleep K8S_BRIDGE_SOAK_JOB_SECONDS``
 (5) wait in Kueue with quota for ``K8S_BRIDGE_SOAK_RUNNING`` (10) at a time, on process-runner nodes
-(real slurmd pods). After the bridge has made every JobSet, the queue is topped up at every sample
-so that it stays that long, for ``K8S_BRIDGE_SOAK_SECONDS`` (150), sampled every
-``K8S_BRIDGE_SOAK_SAMPLE_SECONDS`` (15). Each sample prints:
+(real slurmd pods). After the bridge has made every JobSet and caught up (every hold turned into its
+admin hold, every job's first comment written: five comments a second, so 200 s for 1,000 jobs; the
+time is printed), the queue is topped up at every sample so that it stays that long, for
+``K8S_BRIDGE_SOAK_SECONDS`` (150), sampled every ``K8S_BRIDGE_SOAK_SAMPLE_SECONDS`` (15). Each
+sample prints:
 
 - completions per minute (jobs submitted minus jobs slurmctld still lists as active, from ``squeue``);
 - the bridge's CPU (utime + stime, share of one core) and RSS; slurmctld's and slurmrestd's RSS;
@@ -66,6 +68,7 @@ from tests.bench.bench_support import (
     write_result,
 )
 from tests.bench.test_slurm_bridge_bench import (
+    ACTIONS,
     BRIDGE_ARGS,
     REST_COUNT,
     bench_stack,
@@ -161,6 +164,17 @@ def active_jobs(cluster: SlurmCluster) -> tuple[int, int]:
     return pending, len(out) - pending
 
 
+def waiting_jobs(cluster: SlurmCluster) -> list[tuple[bool, bool]]:
+    """For each pending job of the bridge partition (``squeue``): whether it is held by the admin (its
+    user hold converted) and whether it has a comment (why it waits)."""
+    out = cluster._run(["squeue", "-h", "-p", BRIDGE_PARTITION, "-t", "PD", "-o", "%r|%k"], check=False)
+    jobs: list[tuple[bool, bool]] = []
+    for line in out.stdout.splitlines():
+        reason, _, comment = line.partition("|")
+        jobs.append((reason.strip() != "JobHeldUser", comment.strip() not in ("", "(null)")))
+    return jobs
+
+
 @dataclass(frozen=True)
 class Sample:
     at: float
@@ -178,6 +192,8 @@ class Sample:
     apiserver: float
     rest_by_path: dict[str, float]
     kube_by_verb: dict[str, float]
+    actions: dict[str, float]
+    reconciles: float
 
     @property
     def completed(self) -> int:
@@ -209,6 +225,8 @@ class Sample:
                 for k, v in by_labels(samples, HTTP_COUNT, ("target", "verb", "resource")).items()
                 if k.startswith("kube ")
             },
+            actions=by_labels(samples, ACTIONS, ("action", "result")),
+            reconciles=total(samples, "controller_runtime_reconcile_total", controller="slurm"),
         )
 
 
@@ -230,6 +248,7 @@ def interval(a: Sample, b: Sample, *, since: float) -> dict[str, Any]:
         "kube_per_s_bridge": round((b.kube_requests - a.kube_requests) / seconds, 2),
         "apiserver_per_s_all": round((b.apiserver - a.apiserver) / seconds, 1),
         "jobs_parsed_per_s": round((b.parsed - a.parsed) / seconds, 1),
+        "reconciles_per_s": round((b.reconciles - a.reconciles) / seconds, 1),
     }
 
 
@@ -238,6 +257,7 @@ COLUMNS = (
     ("bridge_cpu_cores", "cpu"), ("bridge_rss_mib", "rss"), ("slurmctld_rss_mib", "ctld"),
     ("slurmrestd_rss_mib", "restd"), ("rest_per_s", "rest/s"), ("rest_connections", "conns"),
     ("kube_per_s_bridge", "kube/s"), ("apiserver_per_s_all", "api/s"), ("jobs_parsed_per_s", "parsed/s"),
+    ("reconciles_per_s", "recon/s"),
 )  # fmt: skip
 
 
@@ -300,6 +320,15 @@ def test_soak_with_a_deep_queue_then_a_mass_cancel(
              what=f"{QUEUED} JobSets", interval=2.0)  # fmt: skip
         result["jobsets_made_seconds"] = round(time.monotonic() - began, 1)
 
+        # The fill's tail: every job's hold conversion and first "why it waits" comment, written at a
+        # bounded rate (five comments a second) after its JobSet. Steady state begins after it.
+        def caught_up() -> bool:
+            return all(held_by_admin and comment for held_by_admin, comment in waiting_jobs(soak_slurm))
+
+        wait(caught_up, timeout=max(600.0, target * 1.0), what="every hold conversion and first comment",
+             interval=2.0)  # fmt: skip
+        result["caught_up_seconds"] = round(time.monotonic() - began, 1)
+
         def sample() -> Sample:
             assert bridge.alive(), f"the bridge exited:\n{bridge.log_tail()}"
             return Sample.take(
@@ -331,6 +360,9 @@ def test_soak_with_a_deep_queue_then_a_mass_cancel(
         seconds = last.at - start.at
         result["whole_rest_per_s_by_path"] = {
             k: round(v / seconds, 2) for k, v in delta(last.rest_by_path, start.rest_by_path).items()
+        }
+        result["whole_actions_per_s"] = {
+            k: round(v / seconds, 2) for k, v in delta(last.actions, start.actions).items()
         }
         result["whole_kube_per_s_by_verb"] = {
             k: round(v / seconds, 2) for k, v in delta(last.kube_by_verb, start.kube_by_verb).items()
@@ -400,7 +432,8 @@ def report(r: dict[str, Any]) -> None:
     rows: list[tuple[str, Any]] = [
         ("Slurm / REST / bridge flags", f"{r['slurm']} / {r['rest']} / {r['bridge_args']}"),
         ("queued / running / job length", f"{r['queued']} / {r['running']} / {r['job_seconds']} s"),
-        ("submitted in / JobSets made in", f"{r['submit_seconds']} s / {r['jobsets_made_seconds']} s"),
+        ("submitted in / JobSets made in / holds and first comments done in",
+         f"{r['submit_seconds']} s / {r['jobsets_made_seconds']} s / {r['caught_up_seconds']} s"),
         (f"soak {r['soak_seconds']:.0f} s: completions/min", w["completions_per_min"]),
         ("bridge CPU (cores) / RSS MiB at end", f"{w['bridge_cpu_cores']} / {w['bridge_rss_mib']}"),
         ("slurmctld / slurmrestd RSS MiB: first -> last sample",
@@ -412,6 +445,8 @@ def report(r: dict[str, Any]) -> None:
         ("  by path", r["whole_rest_per_s_by_path"]),
         ("  bridge -> API server by verb, per s", r["whole_kube_per_s_by_verb"]),
         ("Slurm jobs parsed/s by the bridge", w["jobs_parsed_per_s"]),
+        ("reconciles/s; bridge actions/s by kind and result",
+         f"{w['reconciles_per_s']}; {r['whole_actions_per_s']}"),
         ("ended jobs seen (within MinJobAge)", r["ended_states"]),
         ("mass cancel (queued / running)", f"{r['cancelled']['queued']} / {r['cancelled']['running']}"),
         ("  -> no JobSet / no pod / no Slurm node (s; None: not by the timeout)",
