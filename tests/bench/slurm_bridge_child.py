@@ -34,6 +34,7 @@ from typing import Any
 from prometheus_client import Counter
 
 from bridge.api.slurm_job import SlurmJob
+from bridge.runtime.controller import Controller, Mapper, Request, own_key
 from bridge.runtime.metrics import REGISTRY
 from bridge.slurm.program import main
 from bridge.slurmrest.versions import RestAdapter
@@ -46,7 +47,30 @@ PARSED = Counter(
     registry=REGISTRY,
 )
 
+EVENTS = Counter(
+    "k8s_bridge_bench_events_total",
+    "Events a controller's watched source delivered, and the requests they mapped to, by source",
+    ["controller", "source", "counted"],
+    registry=REGISTRY,
+)
+
 _parse_job = RestAdapter.parse_job
+_watch = Controller.watch
+
+
+def _counted_watch(self: Controller, source: Any, *, map_to: Mapper = own_key, **options: Any) -> None:
+    """``Controller.watch`` whose mapper counts what each source makes the controller reconcile."""
+    name = str(getattr(source, "name", type(source).__name__))
+    events = EVENTS.labels(self.name, name, "events")
+    requests = EVENTS.labels(self.name, name, "requests")
+
+    def counted(obj: Any) -> list[Request]:
+        mapped = list(map_to(obj))
+        events.inc()
+        requests.inc(len(mapped))
+        return mapped
+
+    _watch(self, source, map_to=counted, **options)
 
 
 def _counted_parse_job(self: RestAdapter, raw: Any) -> SlurmJob:
@@ -59,4 +83,5 @@ if __name__ == "__main__":
     if PROFILE_DIR:
         PhaseProfiler(Path(PROFILE_DIR)).start()
     RestAdapter.parse_job = _counted_parse_job  # type: ignore[method-assign]
+    Controller.watch = _counted_watch  # type: ignore[method-assign]
     sys.exit(main(sys.argv[1:]))

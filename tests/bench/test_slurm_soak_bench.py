@@ -95,6 +95,7 @@ SOAK_VERSIONS: list[SlurmVersion] = [
     v for v in VERSIONS if v in os.environ.get("K8S_BRIDGE_BENCH_SLURM", "22.05").split(",")
 ]
 PARSED = "k8s_bridge_bench_slurm_jobs_parsed_total"
+EVENTS = "k8s_bridge_bench_events_total"
 CONNECTIONS = "k8s_bridge_bench_http_connections_total"
 ACTIVE_STATES = "PENDING,RUNNING,CONFIGURING,COMPLETING,SUSPENDED,REQUEUED,RESIZING"
 
@@ -194,6 +195,7 @@ class Sample:
     kube_by_verb: dict[str, float]
     actions: dict[str, float]
     reconciles: float
+    events: dict[str, float]
 
     @property
     def completed(self) -> int:
@@ -227,6 +229,11 @@ class Sample:
             },
             actions=by_labels(samples, ACTIONS, ("action", "result")),
             reconciles=total(samples, "controller_runtime_reconcile_total", controller="slurm"),
+            events={
+                k.removeprefix("slurm "): v
+                for k, v in by_labels(samples, EVENTS, ("controller", "source", "counted")).items()
+                if k.startswith("slurm ")
+            },
         )
 
 
@@ -364,6 +371,9 @@ def test_soak_with_a_deep_queue_then_a_mass_cancel(
         result["whole_actions_per_s"] = {
             k: round(v / seconds, 2) for k, v in delta(last.actions, start.actions).items()
         }
+        result["whole_events_per_s_by_source"] = {
+            k: round(v / seconds, 2) for k, v in delta(last.events, start.events).items()
+        }
         result["whole_kube_per_s_by_verb"] = {
             k: round(v / seconds, 2) for k, v in delta(last.kube_by_verb, start.kube_by_verb).items()
         }
@@ -447,6 +457,7 @@ def report(r: dict[str, Any]) -> None:
         ("Slurm jobs parsed/s by the bridge", w["jobs_parsed_per_s"]),
         ("reconciles/s; bridge actions/s by kind and result",
          f"{w['reconciles_per_s']}; {r['whole_actions_per_s']}"),
+        ("  events and the requests they map to, per s, by source", r["whole_events_per_s_by_source"]),
         ("ended jobs seen (within MinJobAge)", r["ended_states"]),
         ("mass cancel (queued / running)", f"{r['cancelled']['queued']} / {r['cancelled']['running']}"),
         ("  -> no JobSet / no pod / no Slurm node (s; None: not by the timeout)",
