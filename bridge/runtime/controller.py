@@ -51,6 +51,7 @@ __all__ = [
     "Request",
     "Result",
     "TerminalError",
+    "UpdateMatters",
     "label_mapper",
     "own_key",
     "owner_mapper",
@@ -114,6 +115,10 @@ Mapper = Callable[[Object], Iterable[Request]]
 
 PriorityOf = Callable[[Request], int]
 """The queue priority of a request a live event maps to (higher first; 0 is the default)."""
+
+UpdateMatters = Callable[[Object, Object], bool]
+"""Whether an update (old, new) changes anything the reconciler reads: controller-runtime's update
+predicate. Adds and deletes always pass."""
 
 
 def own_key(obj: Object) -> tuple[Request, ...]:
@@ -189,7 +194,7 @@ class _Enqueuer:
     ``WithLowPriorityWhenUnchanged`` overrides that choice for unchanged events, as here).
     """
 
-    __slots__ = ("_controller", "_low", "_map", "_priority_of", "_queue")
+    __slots__ = ("_controller", "_low", "_map", "_matters", "_priority_of", "_queue")
 
     def __init__(
         self,
@@ -199,12 +204,14 @@ class _Enqueuer:
         *,
         low_priority_when_unchanged: bool,
         priority_of: PriorityOf | None = None,
+        update_matters: UpdateMatters | None = None,
     ) -> None:
         self._queue = queue
         self._map = map_to
         self._controller = controller
         self._low = low_priority_when_unchanged
         self._priority_of = priority_of
+        self._matters = update_matters
 
     def _enqueue(self, obj: Object, *, unchanged: bool) -> None:
         try:
@@ -233,6 +240,15 @@ class _Enqueuer:
         self._enqueue(obj, unchanged=is_initial_list and self._low)
 
     def on_update(self, old: Object, new: Object) -> None:
+        if self._matters is not None:
+            try:
+                matters = self._matters(old, new)
+            except Exception:
+                # A predicate bug must not lose the event: it is delivered.
+                log.exception("deciding whether an update matters failed", controller=self._controller)
+                matters = True
+            if not matters:
+                return
         unchanged = self._low and _is_unchanged(old, new)
         # Both: a changed owner or label moves the object from one request to another.
         self._enqueue(new, unchanged=unchanged)
@@ -270,7 +286,7 @@ class Controller:
         self._workers = max_concurrent_reconciles
         self._cache_sync_timeout = cache_sync_timeout
         self._queue: WorkQueue[Request] = WorkQueue(name=name, rate_limiter=rate_limiter, registry=registry)
-        self._watches: list[tuple[Source, Mapper, bool, PriorityOf | None]] = []
+        self._watches: list[tuple[Source, Mapper, bool, PriorityOf | None, UpdateMatters | None]] = []
         self._started = False
         self._stopping = False
         self._synced = False
@@ -307,6 +323,7 @@ class Controller:
         map_to: Mapper = own_key,
         low_priority_when_unchanged: bool = True,
         priority_of: PriorityOf | None = None,
+        update_matters: UpdateMatters | None = None,
     ) -> None:
         """Reconcile the requests ``map_to`` gives for each object ``source`` adds, updates or deletes.
 
@@ -321,10 +338,16 @@ class Controller:
         ordinary live events queued (cleanups, say) they would otherwise wait their turn. It is not
         consulted for the events marked low (a backlog stays a backlog); it runs on the source's
         path, so it must be cheap (a dict lookup), and a failure queues the request at 0.
+
+        ``update_matters`` drops the updates that change nothing the reconciler reads (a pod's
+        conditions when only its phase is read, say), as a controller-runtime update predicate: on a
+        busy cluster most updates are status churn, and each would be a reconcile that decides what
+        the last one did. It must compare exactly what the reconciler reads; when it fails, the
+        update is delivered.
         """
         if self._started:
             raise RuntimeError(f"controller {self.name}: watch() after run()")
-        self._watches.append((source, map_to, low_priority_when_unchanged, priority_of))
+        self._watches.append((source, map_to, low_priority_when_unchanged, priority_of, update_matters))
 
     def stop(self) -> None:
         """Stop taking keys; ``run`` returns once the in-flight reconciles have finished."""
@@ -337,7 +360,7 @@ class Controller:
         self._started = True
         bound = log.bind(controller=self.name)
         try:
-            for source, map_to, low, priority_of in self._watches:
+            for source, map_to, low, priority_of, update_matters in self._watches:
                 source.add_handler(
                     _Enqueuer(
                         self._queue,
@@ -345,6 +368,7 @@ class Controller:
                         self.name,
                         low_priority_when_unchanged=low,
                         priority_of=priority_of,
+                        update_matters=update_matters,
                     )
                 )
             await self._wait_for_sync()

@@ -78,6 +78,12 @@ from reconcilers.slurm import (
     request_for_key,
     workload_uid_keys,
 )
+from reconcilers.slurm_reads import (
+    child_job_update_matters,
+    jobset_update_matters,
+    pod_update_matters,
+    workload_update_matters,
+)
 from reconcilers.slurm_reservations import ReservationCache
 from reconcilers.slurm_waiting import dependency_ids
 from translators.slurm import JOBSET_API_VERSION, JOBSET_KIND, LABEL_JOB_ID, Translation, job_selector
@@ -454,16 +460,17 @@ def _watch(
     # source poll sooner, NodePollOnPodStart); ranking the four or so pod events of every starting
     # job high would queue them beside the releases.
     controller.watch(nodes, map_to=by_node, priority_of=reconciler.release_priority)
-    controller.watch(kube.jobsets, map_to=by_labels)
-    controller.watch(kube.pods, map_to=by_labels)
-    controller.watch(kube.child_jobs, map_to=by_labels)
+    # Updates that change nothing the reconciler reads (status churn) are not reconciled.
+    controller.watch(kube.jobsets, map_to=by_labels, update_matters=jobset_update_matters)
+    controller.watch(kube.pods, map_to=by_labels, update_matters=pod_update_matters)
+    controller.watch(kube.child_jobs, map_to=by_labels, update_matters=child_job_update_matters)
     by_workload = through_owner_jobset(kube.jobsets.store, by_labels)
 
     def by_place(obj: Object) -> list[Request]:
         workload = kube.workloads.store.get(f"{obj['metadata']['namespace']}/{obj['metadata']['name']}")
         return by_workload(workload) if workload is not None else []
 
-    controller.watch(kube.workloads, map_to=by_workload)
+    controller.watch(kube.workloads, map_to=by_workload, update_matters=workload_update_matters)
     controller.watch(places, map_to=by_place)
 
 

@@ -713,3 +713,42 @@ def test_a_failing_priority_of_queues_at_the_default_priority() -> None:
     enqueuer.on_add(obj("a"), is_initial_list=False)
     enqueuer.on_delete(obj("b"))
     assert added == [(Request("ns", "a"), 0), (Request("ns", "b"), 0)]
+
+
+def test_an_update_that_does_not_matter_is_dropped_adds_and_deletes_never() -> None:
+    """``update_matters``: an update predicate. A failing one delivers the update."""
+    added: list[Request] = []
+
+    class Recording:
+        def add(self, key: Request, priority: int = 0) -> None:
+            added.append(key)
+
+    def phase_changed(old: Object, new: Object) -> bool:
+        if new.get("broken"):
+            raise KeyError("phase")
+        return old.get("phase") != new.get("phase")
+
+    enqueuer = _Enqueuer(
+        Recording(),  # type: ignore[arg-type]
+        own_key,
+        "test",
+        low_priority_when_unchanged=False,
+        update_matters=phase_changed,
+    )
+    pending = {**obj("p", resourceVersion="1"), "phase": "Pending"}
+    enqueuer.on_add(pending, is_initial_list=False)
+    enqueuer.on_update(
+        pending,
+        {
+            **pending,
+            "conditions": ["scheduled"],
+            "metadata": {"name": "p", "namespace": "ns", "resourceVersion": "2"},
+        },
+    )
+    assert added == [Request("ns", "p")]
+    running = {**pending, "phase": "Running"}
+    enqueuer.on_update(pending, running)
+    assert added == [Request("ns", "p")] * 3  # the new object's requests and the old one's
+    enqueuer.on_update(running, {**running, "broken": True})
+    enqueuer.on_delete(running)
+    assert added == [Request("ns", "p")] * 6

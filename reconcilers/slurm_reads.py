@@ -1,0 +1,72 @@
+"""What the Slurm reconciler reads of each Kubernetes object it watches, so that updates which change
+none of it are not reconciled (controller-runtime's update predicates).
+
+Most updates on a busy cluster are status churn: a pod's conditions and container statuses, a Job's
+``active``/``ready``/``uncountedTerminatedPods`` counts, a Workload's ``resourceRequests``. Each was a
+reconcile that decided what the last one did, and with a deep queue those are most of the bridge's
+work. Each function here gives what :class:`reconcilers.slurm.SlurmObserver` reads of one object, and
+an update matters when that differs between the old and the new object. Keep them in step with the
+observer: a field read there and missing here would be a change the bridge sees only at its next
+event (the unit tests compare them on recorded updates).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from bridge.admission import describe_jobset, describe_workload
+from bridge.runtime.handlers import Object
+from reconcilers.slurm import PodsView
+
+__all__ = [
+    "child_job_update_matters",
+    "jobset_update_matters",
+    "pod_update_matters",
+    "workload_update_matters",
+]
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def _identity(obj: Mapping[str, Any]) -> tuple[object, ...]:
+    """What every index and mapper reads: name, labels, owners, deletion."""
+    meta = _meta(obj)
+    return (
+        meta.get("name"),
+        meta.get("labels"),
+        meta.get("ownerReferences"),
+        meta.get("deletionTimestamp"),
+        meta.get("finalizers"),
+    )
+
+
+def pod_update_matters(old: Object, new: Object) -> bool:
+    """A slurmd pod is read as :meth:`PodsView.of` counts it (phase, deletion, labels)."""
+    return _identity(old) != _identity(new) or PodsView.of((old,)) != PodsView.of((new,))
+
+
+def child_job_update_matters(old: Object, new: Object) -> bool:
+    """A JobSet's Job is read for ``completedIndexes``, ``failed``, its owner and its deletion."""
+
+    def read(job: Object) -> tuple[object, ...]:
+        status = job.get("status") or {}
+        return (*_identity(job), status.get("completedIndexes"), status.get("failed"))
+
+    return read(old) != read(new)
+
+
+def workload_update_matters(old: Object, new: Object) -> bool:
+    """A Workload is read as :func:`describe_workload` sees it, and chosen among its JobSet's by its
+    labels, owner, deletion and creation (``select_workload``)."""
+    created = _meta(old).get("creationTimestamp") != _meta(new).get("creationTimestamp")
+    return created or _identity(old) != _identity(new) or describe_workload(old) != describe_workload(new)
+
+
+def jobset_update_matters(old: Object, new: Object) -> bool:
+    """A JobSet is read as :func:`describe_jobset` sees it, plus its annotations (the nodes, shape and
+    feature recorded on it) and its finalizers."""
+    annotations = _meta(old).get("annotations") != _meta(new).get("annotations")
+    return annotations or _identity(old) != _identity(new) or describe_jobset(old) != describe_jobset(new)
