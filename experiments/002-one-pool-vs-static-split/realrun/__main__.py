@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from bridge.sandbox.e2e import wait_for
+from bridge.sandbox.netns import existing_namespaces
 from realrun.drive import Driver
 from realrun.plan import EXPERIMENT, Plan, Policy, RealParams, build
 from realrun.report import markdown, summary
-from realrun.stack import RealStack
+from realrun.stack import NAMESPACE, RealStack
 
 
 def parser() -> argparse.ArgumentParser:
@@ -74,7 +75,11 @@ def run_policy(stack: RealStack, plan: Plan, params: RealParams, policy: Policy)
     else:
         stack.set_quota(params.slurm_nodes + params.kube_nodes)
         bridge = stack.e2e.bridge().start()
-        wait_for(bridge.metrics_text, timeout=120, what="the Slurm bridge to serve /metrics")
+        wait_for(
+            lambda: bridge.metric("k8s_bridge_slurmrestd_request_duration_seconds_count") > 0,
+            timeout=120,
+            what="the Slurm bridge to serve /metrics and poll slurmrestd",
+        )
     load_before = os.getloadavg()
     driver = Driver(stack, plan, policy=policy, horizon=params.horizon)
     try:
@@ -94,12 +99,10 @@ def run_policy(stack: RealStack, plan: Plan, params: RealParams, policy: Policy)
     }
 
 
-def leaks(stack: RealStack) -> list[str]:
-    """What a finished policy left: the pool's and Ray's leaks, Jobs and inference pods of its own."""
-    from realrun.stack import NAMESPACE  # noqa: PLC0415
-
-    found = [*stack.e2e.leaks(namespaces_before=set()), *stack.ray_pool.leaks()]
-    found = [item for item in found if not item.startswith("network namespace")]
+def leaks(stack: RealStack, *, namespaces_before: set[str]) -> list[str]:
+    """What a finished policy left: the pool's and Ray's leaks (network namespaces made since
+    ``namespaces_before`` included), Jobs and pods of the Kubernetes classes."""
+    found = [*stack.e2e.leaks(namespaces_before=namespaces_before), *stack.ray_pool.leaks()]
     for what, path in (("Job", "/apis/batch/v1"), ("Pod", "/api/v1")):
         kind = "jobs" if what == "Job" else "pods"
         found += [
@@ -120,12 +123,13 @@ def run(params: RealParams, *, policies: Sequence[Policy], workdir: Path) -> dic
                 f"[exp002 real] {policy.value}: {len(plan.jobs)} jobs, {len(plan.replicas)} replica steps",
                 flush=True,
             )
+            before = set(existing_namespaces())
             outcomes[policy] = run_policy(stack, plan, params, policy)
-            left = leaks(stack)
+            left = leaks(stack, namespaces_before=before)
             deadline = time.monotonic() + 90
             while left and time.monotonic() < deadline:
                 time.sleep(1.0)
-                left = leaks(stack)
+                left = leaks(stack, namespaces_before=before)
             outcomes[policy]["left_behind"] = left
     return summary(params, plan, outcomes, stack_start_seconds=started)
 

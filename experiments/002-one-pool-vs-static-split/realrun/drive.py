@@ -32,6 +32,8 @@ from translators.slurm import LABEL_JOB_ID
 log = structlog.get_logger("exp002.real")
 
 FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL"}
+MAX_RAY_ATTEMPTS = 3
+"""A RayJob that failed this many times is lost (a failure is taken for a preemption before that)."""
 RAY_DRIVER = "python -c \"import ray, time; ray.init(); time.sleep({runtime:.1f}); print('done')\""
 
 
@@ -240,11 +242,15 @@ class Driver:
     def _ray_seen(self, record: Record, snap: Snapshot) -> Seen:
         rayjob = snap.rayjobs.get(record.ident)
         if rayjob is None:
-            return Seen(finished=record.finished is not None, gone=not snap.ray_busy & self._ray_uids(record))
+            uids = self._ray_uids(record)
+            gone = not uids & snap.ray_busy and not uids & set(snap.ray_jobsets)
+            return Seen(finished=record.finished is not None, gone=gone)
         uid = rayjob["metadata"]["uid"]
         self._ray_uid_of[record.ident] = uid
         status = (rayjob.get("status") or {}).get("jobStatus")
         suspended = snap.ray_jobsets.get(uid)
+        if status in ("FAILED", "STOPPED") and self.attempts[record.name] >= MAX_RAY_ATTEMPTS:
+            return Seen(finished=True, succeeded=False)
         return Seen(
             admitted=suspended is False, running=status in ("RUNNING", "SUCCEEDED"),
             finished=status == "SUCCEEDED", succeeded=status == "SUCCEEDED", gone=False,

@@ -12,12 +12,13 @@ measured, for the difference between the two. Pure: records in, numbers out.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from poolsim import metrics, sim
-from poolsim.workload import Job, JobClass
+from poolsim.workload import KUBE_CLASSES, Job, JobClass
 
 from realrun.plan import Plan, Policy
 from realrun.records import Record
@@ -35,7 +36,9 @@ class ClassRow:
     start_overhead: float
     end_overhead: float
     admission: float
-    """Median submitted -> admitted of the jobs that found quota free (no wait for others)."""
+    """Median submitted -> admitted of the jobs that found room in their partition when submitted
+    (no wait for others): the admission latency (for the split's Slurm jobs, admitted = running:
+    Slurm's own start latency)."""
 
 
 def _median(values: Sequence[float]) -> float:
@@ -51,14 +54,50 @@ def _differences(records: Sequence[Record], first: str, second: str) -> list[flo
     return out
 
 
-def class_rows(records: Sequence[Record]) -> list[ClassRow]:
+@dataclass(frozen=True)
+class Setup:
+    """A policy on a pool size: its partitions (the split's Slurm side and Kubernetes ClusterQueue,
+    or the one pool's ClusterQueue), each as (nodes, classes)."""
+
+    policy: Policy
+    slurm_nodes: int
+    kube_nodes: int
+
+    @property
+    def capacity(self) -> int:
+        return self.slurm_nodes + self.kube_nodes
+
+    def partition_of(self, kind: JobClass) -> tuple[int, frozenset[JobClass]]:
+        if self.policy is Policy.ONE_POOL:
+            return self.capacity, frozenset(JobClass)
+        if kind is JobClass.SLURM:
+            return self.slurm_nodes, frozenset({JobClass.SLURM})
+        return self.kube_nodes, frozenset(KUBE_CLASSES)
+
+
+def found_room(record: Record, records: Sequence[Record], setup: Setup) -> bool:
+    """Whether what the others held in its partition when ``record`` was submitted left room for it."""
+    if record.submitted is None:
+        return False
+    t = record.submitted
+    nodes, classes = setup.partition_of(record.kind)
+    held = sum(
+        other.nodes
+        for other in records
+        if other is not record and other.kind in classes
+        for a, b in held_spans(other, setup.policy)
+        if a <= t < b
+    )
+    return held + record.nodes <= nodes
+
+
+def class_rows(records: Sequence[Record], setup: Setup) -> list[ClassRow]:
     rows = []
     for kind in JobClass:
         mine = [r for r in records if r.kind is kind]
         if not mine:
             continue
         waits = [w for r in mine if r.completions == 1 and (w := r.wait) is not None]
-        admissions = _differences(mine, "submitted", "admitted")
         rows.append(
             ClassRow(
                 kind=kind,
@@ -70,7 +109,15 @@ def class_rows(records: Sequence[Record]) -> list[ClassRow]:
                 preemptions=sum(r.preemptions for r in mine),
                 start_overhead=_median(_differences(mine, "admitted", "running")),
                 end_overhead=_median(_differences(mine, "finished", "cleaned")),
-                admission=min(admissions, default=float("nan")),
+                admission=_median(
+                    [
+                        r.admitted - r.submitted
+                        for r in mine
+                        if r.admitted is not None
+                        and r.submitted is not None
+                        and found_room(r, records, setup)
+                    ]
+                ),
             )
         )
     return rows
@@ -96,7 +143,7 @@ def held_spans(record: Record, policy: Policy) -> list[tuple[float, float]]:
 
 
 def utilisation_series(
-    records: Sequence[Record], *, policy: Policy, bucket: float
+    records: Sequence[Record], *, setup: Setup, bucket: float
 ) -> list[tuple[float, dict[str, float]]]:
     """(bucket start, nodes held on average in the bucket per class) over the run."""
     end = makespan(records)
@@ -106,7 +153,7 @@ def utilisation_series(
         low, high = index * bucket, (index + 1) * bucket
         held: dict[str, float] = {kind.value: 0.0 for kind in JobClass}
         for record in records:
-            for a, b in held_spans(record, policy):
+            for a, b in held_spans(record, setup.policy):
                 overlap = min(b, high) - max(a, low)
                 if overlap > 0:
                     held[record.kind.value] += record.nodes * overlap / bucket
@@ -114,36 +161,42 @@ def utilisation_series(
     return series
 
 
-def utilisation(records: Sequence[Record], *, policy: Policy, capacity: int) -> float:
+def utilisation(records: Sequence[Record], *, setup: Setup) -> float:
     """Node-seconds held / (capacity x makespan)."""
-    total = sum(r.nodes * (b - a) for r in records for a, b in held_spans(r, policy))
+    total = sum(r.nodes * (b - a) for r in records for a, b in held_spans(r, setup.policy))
     span = makespan(records)
-    return total / (capacity * span) if span > 0 else float("nan")
+    return total / (setup.capacity * span) if span > 0 else float("nan")
 
 
-def calibration(records: Sequence[Record], *, policy: Policy) -> sim.Calibration:
-    """The simulator's overheads from what was measured in this run (defaults where nothing was)."""
-    rows = {row.kind: row for row in class_rows(records)}
+def calibration(records: Sequence[Record], *, setup: Setup) -> sim.Calibration:
+    """The simulator's overheads from what was measured in this run (its defaults where nothing was):
+    the admission latencies, the start overheads (admitted -> running) and the bridged Slurm job's
+    cleanup."""
+    rows = {row.kind: row for row in class_rows(records, setup)}
     default = sim.Calibration()
 
-    def measured(kind: JobClass, field: str, fallback: float) -> float:
+    def measured(kind: JobClass, name: str, fallback: float) -> float:
         row = rows.get(kind)
-        value = getattr(row, field) if row is not None else float("nan")
-        return fallback if value != value else float(value)  # NaN: nothing measured
+        value = float(getattr(row, name)) if row is not None else math.nan
+        return fallback if math.isnan(value) else value
 
-    slurm = [r for r in records if r.kind is JobClass.SLURM]
-    native = min(_differences(slurm, "submitted", "running"), default=default.slurm_native_start)
+    pool = setup.policy is Policy.ONE_POOL
+    slurm_admission = measured(JobClass.SLURM, "admission", math.nan)
     return sim.Calibration(
         pod_start=measured(JobClass.BATCH, "start_overhead", default.pod_start),
-        slurm_native_start=native if policy is Policy.STATIC_SPLIT else default.slurm_native_start,
+        slurm_native_start=default.slurm_native_start
+        if pool or math.isnan(slurm_admission)
+        else slurm_admission,
         slurmd_registration=measured(JobClass.SLURM, "start_overhead", default.slurmd_registration)
-        if policy is Policy.ONE_POOL
+        if pool
         else default.slurmd_registration,
-        release=0.0 if policy is Policy.ONE_POOL else default.release,
-        cleanup=measured(JobClass.SLURM, "end_overhead", default.cleanup)
-        if policy is Policy.ONE_POOL
-        else default.cleanup,
+        release=0.0 if pool else default.release,
+        cleanup=measured(JobClass.SLURM, "end_overhead", default.cleanup) if pool else default.cleanup,
         ray_worker_join=measured(JobClass.RAY, "start_overhead", default.ray_worker_join),
+        kube_admission=measured(JobClass.BATCH, "admission", default.kube_admission),
+        bridge_admission=default.bridge_admission
+        if not pool or math.isnan(slurm_admission)
+        else slurm_admission,
     )
 
 
@@ -171,14 +224,12 @@ def replayed_jobs(records: Sequence[Record], plan: Plan) -> list[Job]:
     return sorted([*jobs, *plan.inference], key=lambda job: (job.submit, job.name))
 
 
-def simulate(
-    records: Sequence[Record], plan: Plan, *, policy: Policy, slurm_nodes: int, kube_nodes: int
-) -> sim.Result:
-    build = sim.static_split if policy is Policy.STATIC_SPLIT else sim.one_pool
+def simulate(records: Sequence[Record], plan: Plan, *, setup: Setup) -> sim.Result:
+    build = sim.static_split if setup.policy is Policy.STATIC_SPLIT else sim.one_pool
     chosen = build(
-        slurm_nodes=slurm_nodes,
-        kube_nodes=kube_nodes,
-        calibration=calibration(records, policy=policy),
+        slurm_nodes=setup.slurm_nodes,
+        kube_nodes=setup.kube_nodes,
+        calibration=calibration(records, setup=setup),
         strategy=sim.Strategy.BEST_EFFORT_FIFO,
     )
     return sim.simulate(policy=chosen, jobs=replayed_jobs(records, plan))
@@ -195,11 +246,11 @@ class Comparison:
     """Mean over the jobs of |real wait - simulated wait| (inference: of the class's p50 instead)."""
 
 
-def compare(records: Sequence[Record], result: sim.Result) -> list[Comparison]:
+def compare(records: Sequence[Record], result: sim.Result, *, setup: Setup) -> list[Comparison]:
     simulated = metrics.summarise(result)
     by_kind = {row.kind: row for row in simulated.classes}
     rows = []
-    for row in class_rows(records):
+    for row in class_rows(records, setup):
         other = by_kind.get(row.kind)
         if other is None:
             continue

@@ -25,10 +25,8 @@ def _num(value: float) -> float | None:
 
 
 def policy_figures(records: list[Record], plan: Plan, params: RealParams, policy: Policy) -> dict[str, Any]:
-    capacity = params.slurm_nodes + params.kube_nodes
-    result = figures.simulate(
-        records, plan, policy=policy, slurm_nodes=params.slurm_nodes, kube_nodes=params.kube_nodes
-    )
+    setup = figures.Setup(policy, params.slurm_nodes, params.kube_nodes)
+    result = figures.simulate(records, plan, setup=setup)
     simulated = metrics.summarise(result)
     return {
         "classes": [
@@ -36,17 +34,17 @@ def policy_figures(records: list[Record], plan: Plan, params: RealParams, policy
                 k: (_num(v) if isinstance(v, float) else (v.value if k == "kind" else v))
                 for k, v in vars(row).items()
             }
-            for row in figures.class_rows(records)
+            for row in figures.class_rows(records, setup)
         ],
         "makespan_s": _num(figures.makespan(records)),
-        "utilisation": _num(figures.utilisation(records, policy=policy, capacity=capacity)),
+        "utilisation": _num(figures.utilisation(records, setup=setup)),
         "preemptions": sum(r.preemptions for r in records),
         "jobs_lost": figures.jobs_lost(records),
         "utilisation_series": [
             {"t": t, **{k: round(v, 3) for k, v in held.items()}}
-            for t, held in figures.utilisation_series(records, policy=policy, bucket=BUCKET)
+            for t, held in figures.utilisation_series(records, setup=setup, bucket=BUCKET)
         ],
-        "calibration": vars(figures.calibration(records, policy=policy)),
+        "calibration": vars(figures.calibration(records, setup=setup)),
         "simulated": {
             "makespan_s": _num(simulated.makespan),
             "utilisation": _num(simulated.utilisation),
@@ -55,7 +53,7 @@ def policy_figures(records: list[Record], plan: Plan, params: RealParams, policy
         },
         "comparison": [
             {k: (_num(v) if isinstance(v, float) else v.value) for k, v in vars(row).items()}
-            for row in figures.compare(records, result)
+            for row in figures.compare(records, result, setup=setup)
         ],
     }
 

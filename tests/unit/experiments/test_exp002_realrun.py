@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from poolsim import sim
-from poolsim.workload import JobClass
+from poolsim.workload import Job, JobClass
 from realrun import figures
 from realrun.drive import slurm_jobs
 from realrun.plan import Plan, Policy, RealParams, build
@@ -123,19 +123,21 @@ def test_figures_per_class_and_utilisation() -> None:
         _finished(JobClass.SLURM, "s2", submitted=1, admitted=9, running=11, finished=16, cleaned=17),
         _finished(JobClass.BATCH, "b1", submitted=0, admitted=0.5, running=1.5, finished=10, cleaned=11),
     ]
-    rows = {row.kind: row for row in figures.class_rows(records)}
+    pool = figures.Setup(Policy.ONE_POOL, 2, 2)
+    rows = {row.kind: row for row in figures.class_rows(records, pool)}
     assert rows[JobClass.SLURM].wait_p50 == 6.5  # waits 3 and 10
     assert rows[JobClass.SLURM].start_overhead == 2.0
     assert rows[JobClass.SLURM].end_overhead == 1.0
-    assert rows[JobClass.SLURM].admission == 1.0
+    # s2 found s1 (2 nodes) and b1 (1) holding 3 of the 4 nodes: room for it, so both count.
+    assert rows[JobClass.SLURM].admission == 4.5  # 1 and 8
     assert figures.makespan(records) == 17.0
     held = 2 * 8 + 8 + 10.5
-    assert math.isclose(figures.utilisation(records, policy=Policy.ONE_POOL, capacity=4), held / (4 * 17))
-    series = figures.utilisation_series(records, policy=Policy.ONE_POOL, bucket=5.0)
+    assert math.isclose(figures.utilisation(records, setup=pool), held / (4 * 17))
+    series = figures.utilisation_series(records, setup=pool, bucket=5.0)
     assert [t for t, _ in series] == [0.0, 5.0, 10.0, 15.0]
     assert math.isclose(sum(h["slurm"] + h["batch"] for _, h in series) * 5.0, held)
     # In the split a Slurm job holds its nodes while it runs only.
-    split = figures.utilisation(records, policy=Policy.STATIC_SPLIT, capacity=4)
+    split = figures.utilisation(records, setup=figures.Setup(Policy.STATIC_SPLIT, 2, 2))
     assert math.isclose(split, (2 * 5 + 5 + 10.5) / (4 * 17))
 
 
@@ -144,9 +146,37 @@ def test_calibration_and_simulation_of_the_same_jobs() -> None:
         _finished(JobClass.SLURM, "s1", submitted=0, admitted=1, running=3, finished=8, cleaned=9),
         _finished(JobClass.BATCH, "b1", submitted=0, admitted=0.5, running=1.5, finished=10, cleaned=11),
     ]
-    calibration = figures.calibration(records, policy=Policy.ONE_POOL)
+    calibration = figures.calibration(records, setup=figures.Setup(Policy.ONE_POOL, 2, 2))
     assert (calibration.slurmd_registration, calibration.release, calibration.cleanup) == (2.0, 0.0, 1.0)
-    assert calibration.pod_start == 1.0
+    assert (calibration.pod_start, calibration.kube_admission, calibration.bridge_admission) == (
+        1.0,
+        0.5,
+        1.0,
+    )
     assert calibration.ray_worker_join == sim.Calibration().ray_worker_join  # nothing measured
     plan = Plan(jobs=(), replicas=(), inference=())
     assert figures.replayed_jobs(records, plan) == []  # only planned jobs are replayed
+
+
+def test_only_jobs_that_found_room_measure_the_admission_latency() -> None:
+    first = _finished(JobClass.BATCH, "b1", submitted=0, admitted=1, running=1, finished=10, cleaned=10)
+    queued = _finished(JobClass.BATCH, "b2", submitted=2, admitted=10, running=10, finished=12, cleaned=12)
+    setup = figures.Setup(Policy.STATIC_SPLIT, 4, 1)  # a Kubernetes side of 1 node
+    assert figures.found_room(first, [first, queued], setup)
+    assert not figures.found_room(queued, [first, queued], setup)
+    (row,) = figures.class_rows([first, queued], setup)
+    assert row.admission == 1.0, "the queued job's 8 s are a wait, not the latency"
+    # In the split a Slurm job is Slurm's: the Kubernetes side's jobs leave its nodes free.
+    slurm = _finished(JobClass.SLURM, "s", submitted=3, admitted=3.5, running=3.5, finished=5, cleaned=5)
+    assert figures.found_room(slurm, [first, queued, slurm], figures.Setup(Policy.STATIC_SPLIT, 1, 1))
+    assert not figures.found_room(slurm, [first, queued, slurm], figures.Setup(Policy.ONE_POOL, 1, 0))
+
+
+def test_the_simulator_admits_after_the_admission_latency() -> None:
+    job = Job(name="b", kind=JobClass.BATCH, submit=10.0, nodes=1, runtime=5.0, estimate=5.0, priority=1)
+    calibration = sim.Calibration(pod_start=0.5, kube_admission=1.5)
+    policy = sim.one_pool(
+        slurm_nodes=1, kube_nodes=1, calibration=calibration, strategy=sim.Strategy.STRICT_FIFO
+    )
+    record = sim.simulate(policy=policy, jobs=[job]).records["b"]
+    assert (record.admitted, record.running, record.wait) == (11.5, 12.0, 2.0)
