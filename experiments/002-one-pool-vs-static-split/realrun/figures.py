@@ -76,19 +76,22 @@ class Setup:
 
 
 def found_room(record: Record, records: Sequence[Record], setup: Setup) -> bool:
-    """Whether what the others held in its partition when ``record`` was submitted left room for it."""
+    """Whether its partition had room for ``record`` when it was submitted: the nodes the others held
+    then, and those of the others submitted before it and still waiting, left room for it."""
     if record.submitted is None:
         return False
     t = record.submitted
     nodes, classes = setup.partition_of(record.kind)
-    held = sum(
+    others = [other for other in records if other is not record and other.kind in classes]
+    held = sum(other.nodes for other in others for a, b in held_spans(other, setup.policy) if a <= t < b)
+    ahead = sum(
         other.nodes
-        for other in records
-        if other is not record and other.kind in classes
-        for a, b in held_spans(other, setup.policy)
-        if a <= t < b
+        for other in others
+        if other.submitted is not None
+        and other.submitted <= t
+        and not any(a <= t for a, _ in held_spans(other, setup.policy))
     )
-    return held + record.nodes <= nodes
+    return held + ahead + record.nodes <= nodes
 
 
 def class_rows(records: Sequence[Record], setup: Setup) -> list[ClassRow]:

@@ -170,6 +170,10 @@ def test_only_jobs_that_found_room_measure_the_admission_latency() -> None:
     slurm = _finished(JobClass.SLURM, "s", submitted=3, admitted=3.5, running=3.5, finished=5, cleaned=5)
     assert figures.found_room(slurm, [first, queued, slurm], figures.Setup(Policy.STATIC_SPLIT, 1, 1))
     assert not figures.found_room(slurm, [first, queued, slurm], figures.Setup(Policy.ONE_POOL, 1, 0))
+    # A job submitted behind one that still waits finds no room either (it is not at the head).
+    late = _finished(JobClass.BATCH, "b3", submitted=2.5, admitted=12, running=12, finished=13, cleaned=13)
+    assert not figures.found_room(late, [first, queued, late], figures.Setup(Policy.STATIC_SPLIT, 4, 2))
+    assert figures.found_room(late, [first, queued, late], figures.Setup(Policy.STATIC_SPLIT, 4, 3))
 
 
 def test_the_simulator_admits_after_the_admission_latency() -> None:
