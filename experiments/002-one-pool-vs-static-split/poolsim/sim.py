@@ -314,7 +314,9 @@ class Simulator:
         state = self._state_of(record.job)
         run = state.running.pop(name)
         state.free += run.job.nodes
-        record.finished = run.work_end
+        # Events within EPS are taken together at the first one's time, which may be before this
+        # release's own by less than EPS: its work is not reported ending after its nodes came back.
+        record.finished = min(run.work_end, now)
         record.released = now
         record.spans.append((run.admitted, now))
         record.completions += 1
