@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -25,46 +24,14 @@ from bridge.sandbox.e2e import JOBSETS, bridge_node_names
 from bridge.sandbox.kuberay import RAY_API
 from realrun.plan import Plan, Policy
 from realrun.records import Record, Seen, observe
+from realrun.seen import Snapshot, batch_seen, ray_seen, slurm_jobs, slurm_seen
 from realrun.stack import NAMESPACE, RealStack
 from translators.ray import ANNOTATION_WORKERS, LABEL_RAY_JOB_UID
 from translators.slurm import LABEL_JOB_ID
 
 log = structlog.get_logger("exp002.real")
 
-FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL"}
-MAX_RAY_ATTEMPTS = 3
-"""A RayJob that failed this many times is lost (a failure is taken for a preemption before that)."""
 RAY_DRIVER = "python -c \"import ray, time; ray.init(); time.sleep({runtime:.1f}); print('done')\""
-
-
-def slurm_jobs(text: str) -> dict[str, tuple[str, int]]:
-    """``scontrol show jobs --oneliner`` -> {job id: (JobState, Restarts)}."""
-    jobs = {}
-    for line in text.splitlines():
-        fields = dict(word.split("=", 1) for word in line.split() if "=" in word)
-        if "JobId" in fields:
-            jobs[fields["JobId"]] = (fields.get("JobState", ""), int(fields.get("Restarts", "0") or 0))
-    return jobs
-
-
-@dataclass
-class Snapshot:
-    """One poll of the stack, grouped by the owner each object belongs to."""
-
-    slurm: dict[str, tuple[str, int]] = field(default_factory=dict)
-    slurm_jobsets: dict[str, bool] = field(default_factory=dict)  # job id -> suspended
-    slurm_busy: set[str] = field(default_factory=set)  # job ids with pods or slurmd nodes left
-    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
-    job_pods: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    inference_pods: dict[str, dict[str, Any]] = field(default_factory=dict)
-    rayjobs: dict[str, dict[str, Any]] = field(default_factory=dict)
-    ray_jobsets: dict[str, bool] = field(default_factory=dict)  # RayJob uid -> suspended
-    ray_busy: set[str] = field(default_factory=set)  # RayJob uids with pods left
-
-
-def _condition(obj: dict[str, Any], kind: str) -> bool:
-    conditions = (obj.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == kind and c.get("status") == "True" for c in conditions)
 
 
 class Driver:
@@ -202,64 +169,23 @@ class Driver:
         for record in self.records.values():
             if record.submitted is None or record.done:
                 continue
-            seen = {
-                JobClass.SLURM: self._slurm_seen,
-                JobClass.BATCH: self._batch_seen,
-                JobClass.RAY: self._ray_seen,
-            }[record.kind](record, snap)
+            if record.kind is JobClass.SLURM:
+                seen = slurm_seen(record, snap, policy=self.policy)
+            elif record.kind is JobClass.BATCH:
+                seen = batch_seen(record, snap)
+            else:
+                seen = self._ray_seen(record, snap)
             observe(record, seen, now)
             self._act(record, seen, snap)
         self._inference(snap, now)
 
-    def _slurm_seen(self, record: Record, snap: Snapshot) -> Seen:
-        state, restarts = snap.slurm.get(record.ident, ("", 0))
-        finished = state in FINISHED
-        running = state in ("RUNNING", "COMPLETING") or finished
-        if self.policy is Policy.STATIC_SPLIT:
-            return Seen(admitted=running, running=running, finished=finished,
-                        succeeded=state == "COMPLETED", gone=finished, restarts=restarts)  # fmt: skip
-        suspended = snap.slurm_jobsets.get(record.ident)
-        gone = suspended is None and record.ident not in snap.slurm_busy
-        return Seen(
-            admitted=suspended is False, running=running,
-            finished=finished, succeeded=state == "COMPLETED", gone=gone, restarts=restarts,
-        )  # fmt: skip
-
-    def _batch_seen(self, record: Record, snap: Snapshot) -> Seen:
-        job = snap.jobs.get(record.ident)
-        pods = snap.job_pods.get(record.ident, [])
-        if job is None:
-            return Seen(finished=record.finished is not None, gone=not pods)
-        suspended = bool(job["spec"].get("suspend"))
-        finished = _condition(job, "Complete") or _condition(job, "Failed")
-        running = any((p.get("status") or {}).get("phase") in ("Running", "Succeeded") for p in pods)
-        return Seen(
-            admitted=not suspended, running=running and not suspended, finished=finished,
-            succeeded=_condition(job, "Complete"), gone=False,
-            preempted=suspended and record.admitted is not None and not finished,
-        )  # fmt: skip
-
     def _ray_seen(self, record: Record, snap: Snapshot) -> Seen:
-        rayjob = snap.rayjobs.get(record.ident)
-        if rayjob is None:
-            uids = self._ray_uids(record)
-            gone = not uids & snap.ray_busy and not uids & set(snap.ray_jobsets)
-            return Seen(finished=record.finished is not None, gone=gone)
-        uid = rayjob["metadata"]["uid"]
-        self._ray_uid_of[record.ident] = uid
-        status = (rayjob.get("status") or {}).get("jobStatus")
-        suspended = snap.ray_jobsets.get(uid)
-        if status in ("FAILED", "STOPPED") and self.attempts[record.name] >= MAX_RAY_ATTEMPTS:
-            return Seen(finished=True, succeeded=False)
-        return Seen(
-            admitted=suspended is False, running=status in ("RUNNING", "SUCCEEDED"),
-            finished=status == "SUCCEEDED", succeeded=status == "SUCCEEDED", gone=False,
-            preempted=status in ("FAILED", "STOPPED"),
-        )  # fmt: skip
-
-    def _ray_uids(self, record: Record) -> set[str]:
-        uid = self._ray_uid_of.get(record.ident)
-        return {uid} if uid else set()
+        seen, uid = ray_seen(
+            record, snap, uid=self._ray_uid_of.get(record.ident), attempts=self.attempts[record.name]
+        )
+        if uid is not None:
+            self._ray_uid_of[record.ident] = uid
+        return seen
 
     def _act(self, record: Record, seen: Seen, snap: Snapshot) -> None:
         """The owner's part: delete what finished, resubmit a Ray job failed on preempted workers."""

@@ -11,9 +11,9 @@ import math
 from poolsim import sim
 from poolsim.workload import Job, JobClass
 from realrun import figures
-from realrun.drive import slurm_jobs
 from realrun.plan import Plan, Policy, RealParams, build
 from realrun.records import Record, Seen, observe
+from realrun.seen import MAX_RAY_ATTEMPTS, Snapshot, batch_seen, ray_seen, slurm_jobs, slurm_seen
 
 
 def _record(kind: JobClass = JobClass.BATCH, name: str = "j", nodes: int = 1) -> Record:
@@ -184,3 +184,65 @@ def test_the_simulator_admits_after_the_admission_latency() -> None:
     )
     record = sim.simulate(policy=policy, jobs=[job]).records["b"]
     assert (record.admitted, record.running, record.wait) == (11.5, 12.0, 2.0)
+
+
+def _job(*, suspend: bool, complete: bool = False) -> dict[str, object]:
+    conditions = [{"type": "Complete", "status": "True"}] if complete else []
+    return {"metadata": {"name": "b"}, "spec": {"suspend": suspend}, "status": {"conditions": conditions}}
+
+
+def _pod(phase: str) -> dict[str, object]:
+    return {"metadata": {"name": "p"}, "status": {"phase": phase}}
+
+
+def test_a_batch_job_suspended_again_before_it_finished_was_preempted() -> None:
+    record = Record("b", JobClass.BATCH, 1, 5.0, 0.0, submitted=0.0, ident="b")
+    waiting = Snapshot(jobs={"b": _job(suspend=True)})
+    assert batch_seen(record, waiting) == Seen()
+    running = Snapshot(jobs={"b": _job(suspend=False)}, job_pods={"b": [_pod("Running")]})
+    observe(record, batch_seen(record, running), 1.0)
+    assert (record.admitted, record.running) == (1.0, 1.0)
+    evicted = batch_seen(record, waiting)
+    assert evicted.preempted
+    observe(record, evicted, 2.0)
+    observe(record, batch_seen(record, running), 3.0)
+    observe(record, batch_seen(record, Snapshot(jobs={"b": _job(suspend=False, complete=True)})), 8.0)
+    observe(record, batch_seen(record, Snapshot(job_pods={"b": [_pod("Succeeded")]})), 9.0)
+    assert not record.done, "its pod is still there"
+    observe(record, batch_seen(record, Snapshot()), 10.0)
+    assert (record.preemptions, record.completions, record.cleaned) == (1, 1, 10.0)
+    assert record.spans == [(1.0, 2.0), (3.0, 10.0)]
+
+
+def test_a_bridged_slurm_job_is_admitted_by_its_jobset_and_gone_with_its_pods_and_nodes() -> None:
+    record = Record("s", JobClass.SLURM, 1, 2.0, 0.0, submitted=0.0, ident="7")
+    held = Snapshot(slurm={"7": ("PENDING", 0)}, slurm_jobsets={"7": True}, slurm_busy={"7"})
+    assert slurm_seen(record, held, policy=Policy.ONE_POOL) == Seen()
+    admitted = Snapshot(slurm={"7": ("PENDING", 0)}, slurm_jobsets={"7": False}, slurm_busy={"7"})
+    assert slurm_seen(record, admitted, policy=Policy.ONE_POOL).admitted
+    done = Snapshot(slurm={"7": ("COMPLETED", 0)}, slurm_busy={"7"})
+    seen = slurm_seen(record, done, policy=Policy.ONE_POOL)
+    assert (seen.finished, seen.succeeded, seen.gone) == (True, True, False)
+    assert slurm_seen(record, Snapshot(slurm={"7": ("COMPLETED", 0)}), policy=Policy.ONE_POOL).gone
+    # In the split Slurm runs it on its own nodes: admitted when it runs, its nodes free when it ends.
+    split = slurm_seen(record, Snapshot(slurm={"7": ("RUNNING", 0)}), policy=Policy.STATIC_SPLIT)
+    assert (split.admitted, split.running, split.gone) == (True, True, False)
+    assert slurm_seen(record, done, policy=Policy.STATIC_SPLIT).gone
+
+
+def test_a_failed_ray_job_is_a_preemption_until_its_last_attempt() -> None:
+    record = Record("r", JobClass.RAY, 1, 5.0, 0.0, submitted=0.0, ident="r-a1")
+    rayjob = {"metadata": {"name": "r-a1", "uid": "u1"}, "status": {"jobStatus": "FAILED"}}
+    snap = Snapshot(rayjobs={"r-a1": rayjob}, ray_jobsets={"u1": False}, ray_busy={"u1"})
+    seen, uid = ray_seen(record, snap, uid=None, attempts=1)
+    assert seen.preempted
+    assert uid == "u1"
+    last, _ = ray_seen(record, snap, uid=None, attempts=MAX_RAY_ATTEMPTS)
+    assert (last.finished, last.succeeded, last.preempted) == (True, False, False)
+    rayjob["status"] = {"jobStatus": "RUNNING"}
+    seen, _ = ray_seen(record, snap, uid=None, attempts=1)
+    assert (seen.admitted, seen.running) == (True, True)
+    # Deleted, its workers still there: not gone until they are.
+    record.finished = 9.0
+    assert not ray_seen(record, Snapshot(ray_busy={"u1"}), uid="u1", attempts=1)[0].gone
+    assert ray_seen(record, Snapshot(), uid="u1", attempts=1)[0].gone
