@@ -45,10 +45,12 @@ class Strategy(StrEnum):
 
 @dataclass(frozen=True)
 class Overheads:
-    """Seconds a job holds its nodes before its work starts, and after it ends."""
+    """Seconds a job holds its nodes before its work starts, and after it ends; and seconds from its
+    submission until its scheduler sees it (``admission``: nodes are not held meanwhile)."""
 
     start: float = 0.0
     end: float = 0.0
+    admission: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -61,19 +63,28 @@ class Calibration:
     release: float = 0.7
     cleanup: float = 5.0
     ray_worker_join: float = 2.75
+    kube_admission: float = 0.0
+    """Submission -> Kueue's admission of a Job, RayJob's workers or replica with quota free (0: at once)."""
+    bridge_admission: float = 0.0
+    """``sbatch --hold`` -> Kueue's admission of the bridged JobSet with quota free (the bridge's poll,
+    its JobSet, Kueue's admission; 0: at once)."""
 
     def native(self) -> dict[JobClass, Overheads]:
         return {
             JobClass.SLURM: Overheads(start=self.slurm_native_start),
-            JobClass.BATCH: Overheads(start=self.pod_start),
-            JobClass.RAY: Overheads(start=self.ray_worker_join),
-            JobClass.INFERENCE: Overheads(start=self.pod_start),
+            JobClass.BATCH: Overheads(start=self.pod_start, admission=self.kube_admission),
+            JobClass.RAY: Overheads(start=self.ray_worker_join, admission=self.kube_admission),
+            JobClass.INFERENCE: Overheads(start=self.pod_start, admission=self.kube_admission),
         }
 
     def bridged(self) -> dict[JobClass, Overheads]:
         return {
             **self.native(),
-            JobClass.SLURM: Overheads(start=self.slurmd_registration + self.release, end=self.cleanup),
+            JobClass.SLURM: Overheads(
+                start=self.slurmd_registration + self.release,
+                end=self.cleanup,
+                admission=self.bridge_admission,
+            ),
         }
 
 
@@ -223,7 +234,7 @@ class Simulator:
             if job.nodes > partition.nodes or job.nodes <= 0:
                 self.result.unschedulable.append(job.name)
                 continue
-            self._push(job.submit, 1, job.name, -1)
+            self._push(job.submit + self.policy.overheads[job.kind].admission, 1, job.name, -1)
         last = 0.0
         while self.events:
             now = self.events[0][0]
@@ -303,7 +314,9 @@ class Simulator:
         state = self._state_of(record.job)
         run = state.running.pop(name)
         state.free += run.job.nodes
-        record.finished = run.work_end
+        # Events within EPS are taken together at the first one's time, which may be before this
+        # release's own by less than EPS: its work is not reported ending after its nodes came back.
+        record.finished = min(run.work_end, now)
         record.released = now
         record.spans.append((run.admitted, now))
         record.completions += 1

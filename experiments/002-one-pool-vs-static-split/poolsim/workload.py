@@ -10,8 +10,9 @@
   nodes; sizes drawn from a few powers of two given as fractions of a 64-node side; run times
   log-normal (median and sigma below, capped) in trace time, then compressed like the trace.
 - **Inference**: a Deployment whose desired replicas follow a daily cosine between ``min`` and ``max``
-  (fractions of the Kubernetes side, lowest at 04:00, highest at 16:00 trace-local time), re-evaluated
-  every ``step`` (trace time). Each replica index that is wanted over a stretch of time is one 1-node
+  (fractions of the Kubernetes side, lowest at 04:00, highest at 16:00 trace-local time, the window
+  starting at its ``start_day``'s time of day), re-evaluated every ``step`` (trace time). Each
+  replica index that is wanted over a stretch of time is one 1-node
   job that must run until the stretch ends (its ``until``), at the highest priority.
 
 Everything is a pure function of its parameters and the seed.
@@ -201,16 +202,34 @@ def desired_replicas(trace_time: float, *, inference: InferenceParams, kube_node
     return round(low + (high - low) * (1 + math.cos(phase)) / 2)
 
 
+def replica_schedule(params: WorkloadParams, *, horizon: float) -> list[tuple[float, int]]:
+    """(compressed time, desired replicas) at every re-evaluation over ``[0, horizon)``. The window's
+    start is at its trace-local time of day (``start_day``'s fraction: 0.375 is 09:00)."""
+    if params.inference.max_fraction <= 0 or horizon <= 0:
+        return []
+    step = params.inference.step / params.compression
+    time_of_day = (params.start_day % 1.0) * DAY
+    return [
+        (
+            i * step,
+            desired_replicas(
+                time_of_day + i * params.inference.step,
+                inference=params.inference,
+                kube_nodes=params.kube_nodes,
+            ),
+        )
+        for i in range(math.ceil(horizon / step))
+    ]
+
+
 def inference_jobs(params: WorkloadParams, *, horizon: float) -> list[Job]:
     """Each replica index wanted over a stretch of steps -> one 1-node job until the stretch ends."""
     step = params.inference.step / params.compression
-    if params.inference.max_fraction <= 0 or horizon <= 0:
+    schedule = replica_schedule(params, horizon=horizon)
+    if not schedule:
         return []
-    steps = math.ceil(horizon / step)
-    wanted = [
-        desired_replicas(i * params.inference.step, inference=params.inference, kube_nodes=params.kube_nodes)
-        for i in range(steps)
-    ]
+    steps = len(schedule)
+    wanted = [replicas for _, replicas in schedule]
     jobs: list[Job] = []
     top = max(wanted)
     for replica in range(top):
