@@ -1733,16 +1733,34 @@ class SlurmReconciler:
         self._comments = CommentBudget(clock=clock)
         self._converted: set[str] = set()
         self.phases: dict[str, Phase] = {}
+        """Each tracked job's phase as last reconciled (change it through ``_set_phase`` only)."""
+        self._counts: dict[Phase, int] = {}
+        self.waiting_for_nodes: set[str] = set()
+        """The keys of jobs in phase ``admitted`` (admitted, waiting for their nodes): what the node
+        source's timing asks about several times a second, without a look at every tracked job."""
         self._queued_at: dict[str, float] = {}
         self._admitted_at: dict[str, float] = {}
         self._running_seen: set[str] = set()
         metrics.live.phases = self.phase_counts
 
     def phase_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for phase in list(self.phases.values()):
-            counts[phase.value] = counts.get(phase.value, 0) + 1
-        return counts
+        """Tracked jobs per phase: kept as phases change, so a report is not a count of every job
+        (it runs at every change of any job's phase)."""
+        return {phase.value: count for phase, count in self._counts.items() if count}
+
+    def _set_phase(self, key: str, phase: Phase | None) -> None:
+        before = self.phases.pop(key, None) if phase is None else self.phases.get(key)
+        if before is phase:
+            return
+        if before is not None:
+            self._counts[before] -= 1
+        if phase is not None:
+            self.phases[key] = phase
+            self._counts[phase] = self._counts.get(phase, 0) + 1
+        if phase is Phase.ADMITTED:
+            self.waiting_for_nodes.add(key)
+        else:
+            self.waiting_for_nodes.discard(key)
 
     def release_priority(self, request: Request) -> int:
         """The queue priority of a live event's request (``Controller.watch(priority_of=...)``).
@@ -1885,12 +1903,12 @@ class SlurmReconciler:
         if phase is None:
             self._comments.forget(key)
             self._converted.discard(key)
-            self.phases.pop(key, None)
+            self._set_phase(key, None)
             self._queued_at.pop(key, None)
             self._admitted_at.pop(key, None)
             self._running_seen.discard(key)
             return
-        self.phases[key] = phase
+        self._set_phase(key, phase)
         if phase in (Phase.QUEUED, Phase.EVICTED):
             self._queued_at.setdefault(key, now)
             self._admitted_at.pop(key, None)

@@ -322,7 +322,7 @@ class SlurmBridge(BridgeProgram):
         )
         self.reconciler = reconciler
         kube.pods.add_handler(
-            NodePollOnPodStart(nodes.trigger, lambda key: reconciler.phases.get(key) is Phase.ADMITTED)
+            NodePollOnPodStart(nodes.trigger, lambda key: key in reconciler.waiting_for_nodes)
         )
 
         def on_config(snapshot: ConfigSnapshot | None) -> None:
@@ -375,11 +375,9 @@ class SlurmBridge(BridgeProgram):
             enabled=lambda: bool(config.cluster()),
             interval=self.settings.node_poll_interval,
             fast_interval=self.settings.node_poll_fast_interval or None,
-            wanted=lambda: (
-                self.reconciler is not None and registration_due(self.reconciler.phases, kube.pods.store)
-            ),
+            wanted=lambda: self.reconciler is not None and registration_due(self._waiting(), kube.pods.store),
             due=lambda: (
-                due_nodes(self.reconciler.phases, kube.pods.store, nodes.store)
+                due_nodes(self._waiting(), kube.pods.store, nodes.store)
                 if self.reconciler is not None
                 else ()
             ),
@@ -387,6 +385,11 @@ class SlurmBridge(BridgeProgram):
             indexers={INDEX_JOB: node_job_keys},
         )
         return jobs, nodes
+
+    def _waiting(self) -> dict[str, Phase]:
+        """The jobs waiting for their nodes (phase ``admitted``), without a look at every tracked job."""
+        waiting = self.reconciler.waiting_for_nodes if self.reconciler is not None else ()
+        return dict.fromkeys(waiting, Phase.ADMITTED)
 
     def _report_counts(self, phases: Mapping[str, int]) -> None:
         self.report_phases(phases, buckets=_COUNT_OF_PHASE)
