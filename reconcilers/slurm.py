@@ -1422,6 +1422,7 @@ class SlurmActions(Protocol):
         begin_time: int | None = None,
         comment: str | None = None,
         admin_comment: str | None = None,
+        released: Callable[[], Awaitable[None]] | None = None,
     ) -> None: ...
 
     async def drain_node(self, name: str, *, reason: str) -> None: ...
@@ -2093,6 +2094,14 @@ class SlurmReconciler:
 
     async def _pin_and_release(self, o: Observed, raw_js: Object | None, action: PinAndRelease) -> None:
         begin = int(self._wall_clock()) if action.begin_now else None
+
+        async def released() -> None:
+            # The Event says when the job was released: right after the update, before the v0.0.38
+            # admin comment clear by scontrol that follows it (a subprocess, not part of the release).
+            if raw_js is not None:
+                note = f"Slurm job {o.job_id} pinned to {','.join(action.nodes)} and released"
+                await self._event(raw_js, "Normal", "Released", note)
+
         try:
             await self._slurm.pin_and_release(
                 o.job_id,
@@ -2101,13 +2110,11 @@ class SlurmReconciler:
                 begin_time=begin,
                 comment="" if action.clear_comment else None,
                 admin_comment="" if action.clear_admin_comment else None,
+                released=released,
             )
         except (InvalidNodeName, InvalidFeature) as exc:
             # The node source saw nodes slurmctld has just lost: look again soon.
             raise SlurmAPIError(f"pinning job {o.job_id}: {exc}") from exc
-        if raw_js is not None:
-            note = f"Slurm job {o.job_id} pinned to {','.join(action.nodes)} and released"
-            await self._event(raw_js, "Normal", "Released", note)
 
     async def _set_comment(self, o: Observed, text: str) -> bool:
         """Write the job's comment; False when the job ended since the poll (cancelled in the meantime:

@@ -303,6 +303,7 @@ class LiveSlurm:
         begin_time: int | None = None,
         comment: str | None = None,
         admin_comment: str | None = None,
+        released: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         await self._call(
             lambda c: c.pin_and_release(
@@ -312,6 +313,7 @@ class LiveSlurm:
                 begin_time=begin_time,
                 comment=comment,
                 admin_comment=admin_comment,
+                released=released,
             )
         )
 

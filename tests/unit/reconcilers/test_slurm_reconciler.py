@@ -164,9 +164,12 @@ class FakeSlurm:
         begin_time: int | None = None,
         comment: str | None = None,
         admin_comment: str | None = None,
+        released: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._check()
         self.calls.append(("pin", job_id, tuple(nodes), constraints, begin_time))
+        if released is not None:
+            await released()
 
     async def drain_node(self, name: str, *, reason: str) -> None:
         self.calls.append(("drain", name))
