@@ -1422,6 +1422,7 @@ class SlurmActions(Protocol):
         begin_time: int | None = None,
         comment: str | None = None,
         admin_comment: str | None = None,
+        released: Callable[[], Awaitable[None]] | None = None,
     ) -> None: ...
 
     async def drain_node(self, name: str, *, reason: str) -> None: ...
@@ -1733,16 +1734,34 @@ class SlurmReconciler:
         self._comments = CommentBudget(clock=clock)
         self._converted: set[str] = set()
         self.phases: dict[str, Phase] = {}
+        """Each tracked job's phase as last reconciled (change it through ``_set_phase`` only)."""
+        self._counts: dict[Phase, int] = {}
+        self.waiting_for_nodes: set[str] = set()
+        """The keys of jobs in phase ``admitted`` (admitted, waiting for their nodes): what the node
+        source's timing asks about several times a second, without a look at every tracked job."""
         self._queued_at: dict[str, float] = {}
         self._admitted_at: dict[str, float] = {}
         self._running_seen: set[str] = set()
         metrics.live.phases = self.phase_counts
 
     def phase_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for phase in list(self.phases.values()):
-            counts[phase.value] = counts.get(phase.value, 0) + 1
-        return counts
+        """Tracked jobs per phase: kept as phases change, so a report is not a count of every job
+        (it runs at every change of any job's phase)."""
+        return {phase.value: count for phase, count in self._counts.items() if count}
+
+    def _set_phase(self, key: str, phase: Phase | None) -> None:
+        before = self.phases.pop(key, None) if phase is None else self.phases.get(key)
+        if before is phase:
+            return
+        if before is not None:
+            self._counts[before] -= 1
+        if phase is not None:
+            self.phases[key] = phase
+            self._counts[phase] = self._counts.get(phase, 0) + 1
+        if phase is Phase.ADMITTED:
+            self.waiting_for_nodes.add(key)
+        else:
+            self.waiting_for_nodes.discard(key)
 
     def release_priority(self, request: Request) -> int:
         """The queue priority of a live event's request (``Controller.watch(priority_of=...)``).
@@ -1885,12 +1904,12 @@ class SlurmReconciler:
         if phase is None:
             self._comments.forget(key)
             self._converted.discard(key)
-            self.phases.pop(key, None)
+            self._set_phase(key, None)
             self._queued_at.pop(key, None)
             self._admitted_at.pop(key, None)
             self._running_seen.discard(key)
             return
-        self.phases[key] = phase
+        self._set_phase(key, phase)
         if phase in (Phase.QUEUED, Phase.EVICTED):
             self._queued_at.setdefault(key, now)
             self._admitted_at.pop(key, None)
@@ -2075,6 +2094,14 @@ class SlurmReconciler:
 
     async def _pin_and_release(self, o: Observed, raw_js: Object | None, action: PinAndRelease) -> None:
         begin = int(self._wall_clock()) if action.begin_now else None
+
+        async def released() -> None:
+            # The Event says when the job was released: right after the update, before the v0.0.38
+            # admin comment clear by scontrol that follows it (a subprocess, not part of the release).
+            if raw_js is not None:
+                note = f"Slurm job {o.job_id} pinned to {','.join(action.nodes)} and released"
+                await self._event(raw_js, "Normal", "Released", note)
+
         try:
             await self._slurm.pin_and_release(
                 o.job_id,
@@ -2083,13 +2110,11 @@ class SlurmReconciler:
                 begin_time=begin,
                 comment="" if action.clear_comment else None,
                 admin_comment="" if action.clear_admin_comment else None,
+                released=released,
             )
         except (InvalidNodeName, InvalidFeature) as exc:
             # The node source saw nodes slurmctld has just lost: look again soon.
             raise SlurmAPIError(f"pinning job {o.job_id}: {exc}") from exc
-        if raw_js is not None:
-            note = f"Slurm job {o.job_id} pinned to {','.join(action.nodes)} and released"
-            await self._event(raw_js, "Normal", "Released", note)
 
     async def _set_comment(self, o: Observed, text: str) -> bool:
         """Write the job's comment; False when the job ended since the poll (cancelled in the meantime:

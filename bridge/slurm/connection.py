@@ -22,6 +22,7 @@ import structlog
 
 from bridge.api.mixing import SlurmSpec
 from bridge.api.slurm_job import SlurmJob
+from bridge.api.slurm_node import SlurmNode
 from bridge.api.slurm_reservation import SlurmReservation
 from bridge.program import LiveMixing
 from bridge.runtime.client import Client
@@ -263,6 +264,9 @@ class LiveSlurm:
     async def list_nodes(self, *, update_time: int | None = None) -> NodesPage:
         return await self._call(lambda c: c.list_nodes(update_time=update_time))
 
+    async def get_node(self, name: str) -> SlurmNode:
+        return await self._call(lambda c: c.get_node(name))
+
     async def get_job(self, job_id: int) -> SlurmJob:
         return await self._call(lambda c: c.get_job(job_id))
 
@@ -299,6 +303,7 @@ class LiveSlurm:
         begin_time: int | None = None,
         comment: str | None = None,
         admin_comment: str | None = None,
+        released: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         await self._call(
             lambda c: c.pin_and_release(
@@ -308,6 +313,7 @@ class LiveSlurm:
                 begin_time=begin_time,
                 comment=comment,
                 admin_comment=admin_comment,
+                released=released,
             )
         )
 

@@ -3,8 +3,10 @@
 A running slurmd registers within about a second, and the node poll that sees a job's last node is
 what its release waits for. Polling fast all the time would cost slurmctld a request every 0.2 s for
 nothing; polling slowly would add up to a second to every job's start. So the node source polls fast
-only while :func:`registration_due` holds, and a pod that starts running (or becomes ready) for a
-job waiting for its nodes triggers a poll at once (:class:`NodePollOnPodStart`).
+only while :func:`registration_due` holds, reads just the nodes :func:`due_nodes` names (their pod
+runs, the node is not seen idle yet) instead of every node, and a pod that starts running (or becomes
+ready) for a job waiting for its nodes triggers a poll at once (:class:`NodePollOnPodStart`). Why
+this signal and not another: docs/adr/0007-release-signal.md.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from collections.abc import Callable, Mapping
 
 from bridge.runtime.cache import Store
 from bridge.runtime.handlers import Object
+from bridge.slurm.source import node_of
 from reconcilers.slurm import INDEX_JOB, Phase, PodsView, pod_job_keys
 
-__all__ = ["NodePollOnPodStart", "registration_due"]
+__all__ = ["NodePollOnPodStart", "due_nodes", "registration_due"]
 
 
 def registration_due(phases: Mapping[str, Phase], pods: Store) -> bool:
@@ -30,6 +33,24 @@ def registration_due(phases: Mapping[str, Phase], pods: Store) -> bool:
         if phase is Phase.ADMITTED and PodsView.of(pods.by_index(INDEX_JOB, key)).running:
             return True
     return False
+
+
+def due_nodes(phases: Mapping[str, Phase], pods: Store, nodes: Store) -> list[str]:
+    """The nodes whose registration is due: of jobs admitted and waiting for their nodes, each node
+    whose slurmd pod runs (active, phase Running) and that ``nodes`` (the node source's store, keyed
+    by name) does not show registered idle and usable. What the node source reads alone, at a short
+    interval, instead of listing every node."""
+    due: list[str] = []
+    for key, phase in list(phases.items()):
+        if phase is not Phase.ADMITTED:
+            continue
+        pods_of_job = pods.by_index(INDEX_JOB, key)
+        running = [p for p in pods_of_job if (p.get("status") or {}).get("phase") == "Running"]
+        for name in sorted(PodsView.of(running).active_nodes):
+            stored = nodes.get(name)
+            if stored is None or not node_of(stored).is_idle_and_usable:
+                due.append(name)
+    return due
 
 
 def _pod_signals(pod: Object) -> frozenset[str]:

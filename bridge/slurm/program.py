@@ -90,8 +90,8 @@ from translators.slurm import JOBSET_API_VERSION, JOBSET_KIND, LABEL_JOB_ID, Tra
 
 from .connection import LiveSlurm, SecretToken, SlurmMixing
 from .metrics import slurm_metrics
-from .node_poll import NodePollOnPodStart, registration_due
-from .source import SlurmJobSource, SlurmNodeSource, node_object
+from .node_poll import NodePollOnPodStart, due_nodes, registration_due
+from .source import DUE_READ_BUDGET, SlurmJobSource, SlurmNodeSource, node_object
 
 __all__ = ["Settings", "SlurmBridge", "explain", "main", "parse_args"]
 
@@ -115,6 +115,8 @@ class Settings(ProgramSettings):
     node_poll_interval: float = 1.0
     node_poll_fast_interval: float = 0.2
     """Node poll interval while a registration is due (0: always ``node_poll_interval``)."""
+    node_poll_due_interval: float = 0.05
+    """Interval of the reads of the due nodes alone (0: never narrowed, whole lists only)."""
 
 
 def _slurm_flags(parser: argparse.ArgumentParser) -> None:
@@ -171,6 +173,17 @@ def _node_poll_flags(parser: argparse.ArgumentParser) -> None:
             "Seconds between node polls while an admitted job waits for its nodes and one of its slurmd "
             "pods runs (0: always --node-poll-interval)",
             "node-poll-fast-interval",
+        ),
+    )
+    add(
+        "--node-poll-due-interval",
+        type=float,
+        default=float(env("node-poll-due-interval", "0.05") or 0.0),
+        help=flag_help(
+            "Seconds between reads of just the nodes whose registration is due (their slurmd pod runs, "
+            f"not seen idle yet), at most {DUE_READ_BUDGET:g} reads a second; more due nodes are listed "
+            "whole at --node-poll-fast-interval (0: whole lists only)",
+            "node-poll-due-interval",
         ),
     )
 
@@ -231,6 +244,7 @@ def parse_args(argv: Sequence[str], *, prog: str | None = None) -> tuple[str, Se
             {
                 "node_poll_interval": ns.node_poll_interval,
                 "node_poll_fast_interval": ns.node_poll_fast_interval,
+                "node_poll_due_interval": ns.node_poll_due_interval,
             }
             if run
             else {}
@@ -241,6 +255,8 @@ def parse_args(argv: Sequence[str], *, prog: str | None = None) -> tuple[str, Se
         parser.error("--node-poll-interval must be positive")
     if settings.node_poll_fast_interval < 0:
         parser.error("--node-poll-fast-interval must not be negative")
+    if settings.node_poll_due_interval < 0:
+        parser.error("--node-poll-due-interval must not be negative")
     return command, settings, ns
 
 
@@ -312,7 +328,7 @@ class SlurmBridge(BridgeProgram):
         )
         self.reconciler = reconciler
         kube.pods.add_handler(
-            NodePollOnPodStart(nodes.trigger, lambda key: reconciler.phases.get(key) is Phase.ADMITTED)
+            NodePollOnPodStart(nodes.trigger, lambda key: key in reconciler.waiting_for_nodes)
         )
 
         def on_config(snapshot: ConfigSnapshot | None) -> None:
@@ -365,12 +381,21 @@ class SlurmBridge(BridgeProgram):
             enabled=lambda: bool(config.cluster()),
             interval=self.settings.node_poll_interval,
             fast_interval=self.settings.node_poll_fast_interval or None,
-            wanted=lambda: (
-                self.reconciler is not None and registration_due(self.reconciler.phases, kube.pods.store)
+            wanted=lambda: self.reconciler is not None and registration_due(self._waiting(), kube.pods.store),
+            due=lambda: (
+                due_nodes(self._waiting(), kube.pods.store, nodes.store)
+                if self.reconciler is not None
+                else ()
             ),
+            due_interval=self.settings.node_poll_due_interval or None,
             indexers={INDEX_JOB: node_job_keys},
         )
         return jobs, nodes
+
+    def _waiting(self) -> dict[str, Phase]:
+        """The jobs waiting for their nodes (phase ``admitted``), without a look at every tracked job."""
+        waiting = self.reconciler.waiting_for_nodes if self.reconciler is not None else ()
+        return dict.fromkeys(waiting, Phase.ADMITTED)
 
     def _report_counts(self, phases: Mapping[str, int]) -> None:
         self.report_phases(phases, buckets=_COUNT_OF_PHASE)

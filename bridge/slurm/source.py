@@ -19,11 +19,14 @@ changed job exactly as by a changed JobSet, and reads both from memory:
   indexed by the job they belong to, so "are all N nodes registered idle with the job's feature" is
   a dictionary lookup instead of one REST call per job and reconcile. slurmrestd refuses the
   conditional node list when nothing changed (HTTP 500: 22.05 "Unspecified error", 24.11 "Unable to
-  query partitions"; found on the local stack); the source then lists nodes whole. It polls every
-  ``interval`` (1 s), and every ``fast_interval`` (0.2 s) while ``wanted()`` says a registration is
-  due (an admitted job waits for its nodes and one of its slurmd pods runs): the release of an
-  admitted job waits for the poll that sees its last node, so that poll is what the release latency
-  is made of, while an idle bridge costs one request a second.
+  query partitions", on 24.11 also when only nodes changed; found on the local stack); the source
+  then lists nodes whole. It lists every ``interval`` (1 s). While a registration is due (an admitted
+  job waits for its nodes and one of its slurmd pods runs) the release of that job waits for the
+  poll that sees its last node, so that poll is what the bridge's share of the release latency is
+  made of: the source then reads just the due nodes (``due()``, ``GET /node/{name}`` each, one node
+  packed instead of every node) every ``due_interval`` (0.05 s), as many as ``read_budget`` reads a
+  second allow (more due nodes: whole lists every ``fast_interval``, 0.2 s), while an idle bridge
+  costs one request a second (docs/adr/0007-release-signal.md).
 
 A failing poll backs off (0.8 s doubling to ``backoff_max``, jittered), so a dead slurmrestd costs
 a handful of requests per minute, never a storm. When a poll succeeds after failures, every stored
@@ -45,7 +48,7 @@ from bridge.runtime.backoff import BackoffSettings
 from bridge.runtime.cache import IndexFunc, meta_namespace_key
 from bridge.runtime.handlers import Object
 from bridge.runtime.sources import NOT_MODIFIED, NotModified, PolledSource
-from bridge.slurmrest.errors import InvalidJobId, SlurmAPIError, SlurmError
+from bridge.slurmrest.errors import InvalidJobId, InvalidNodeName, SlurmAPIError, SlurmError
 from bridge.slurmrest.errors import NotModified as SlurmNotModified
 from bridge.slurmrest.versions import JobsPage, NodesPage
 
@@ -77,6 +80,8 @@ class NodeLister(Protocol):
     """What the node source needs of :class:`~bridge.slurm.SlurmClient`."""
 
     async def list_nodes(self, *, update_time: int | None = None) -> NodesPage: ...
+
+    async def get_node(self, name: str) -> SlurmNode: ...
 
 
 _EPSILON = 1e-6
@@ -313,6 +318,12 @@ class SlurmJobSource(_RecoveringSource):
         return self._by_id.get(job_id)
 
 
+DUE_READ_BUDGET = 40.0
+"""Reads of single due nodes a second at most: the due nodes are read every ``max(due_interval,
+len(due) / budget)`` seconds, and while more are due than ``budget x fast_interval`` (8) the source
+lists nodes whole every ``fast_interval`` instead (one request, whatever the count)."""
+
+
 class SlurmNodeSource(_RecoveringSource):
     """The dynamic nodes ``keep`` accepts (the bridge's own), keyed by node name.
 
@@ -329,6 +340,13 @@ class SlurmNodeSource(_RecoveringSource):
     ``wanted()`` says. :meth:`trigger` polls at once; triggers that arrive while a poll is in flight
     coalesce into one poll right after it (``PolledSource.run`` clears its wake-up only before a
     poll), never into a second poll at the same time.
+
+    Narrowed reads: ``due()`` names the nodes whose registration is due (their slurmd pod runs, the
+    store does not show them idle). While there are some, and few enough for ``read_budget``, a poll
+    reads only those (``GET /node/{name}`` each, at once) every ``due_interval`` seconds, and the
+    whole list still comes every ``interval`` (the only poll that sees a node go away). A node not
+    registered yet answers "invalid node name" and changes nothing; a failed read is left to the
+    next poll.
     """
 
     def __init__(
@@ -339,10 +357,14 @@ class SlurmNodeSource(_RecoveringSource):
         interval: float,
         fast_interval: float | None = None,
         wanted: Callable[[], bool] = lambda: False,
+        due: Callable[[], Collection[str]] = lambda: (),
+        due_interval: float | None = None,
+        read_budget: float = DUE_READ_BUDGET,
         enabled: Callable[[], bool] = lambda: True,
         indexers: dict[str, IndexFunc] | None = None,
         backoff: BackoffSettings | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
         name: str = "slurm-nodes",
     ) -> None:
@@ -358,39 +380,94 @@ class SlurmNodeSource(_RecoveringSource):
             rng=rng,
         )
         self._nap = sleep
+        self._clock = clock
         self.fast_interval = fast_interval
         """Seconds between polls while ``wanted()``; None (or not shorter than ``interval``): off."""
+        self.due_interval = due_interval
+        """Seconds between reads of the due nodes alone; None (or 0): never narrowed."""
+        self.read_budget = read_budget
         self._wanted = wanted
+        self._due = due
         self._slurm = slurm
         self._keep = keep
         self._enabled = enabled
         self._update_time: int | None = None
+        self._objects: dict[str, Object] = {}
+        """The last poll's objects by node name (what a narrowed read updates)."""
+        self._listed_at: float | None = None
+        self.lists = 0
+        """Whole lists asked for."""
+        self.reads = 0
+        """Single nodes read (narrowed polls)."""
         self.conditional = True
         """False once slurmrestd refused a conditional node list (22.05 and 24.11 answer
         ``GET /nodes?update_time=`` with HTTP 500 when nothing changed); whole lists from then on."""
 
-    async def _pause(self, delay: float) -> None:
-        """The wait after a poll (``interval``) or a failure (backoff): ``delay`` seconds, ended after
-        ``fast_interval`` seconds instead once ``wanted()`` is true, unless the source is failing.
+    def _narrowed(self) -> tuple[str, ...]:
+        """The due nodes to read alone now: none when narrowing is off, before the first list, or
+        when more are due than the budget allows at the fast interval."""
+        due_interval = self.due_interval
+        if not due_interval or due_interval <= 0 or self._listed_at is None:
+            return ()
+        names = tuple(sorted(set(self._due())))
+        most = max(1, int(self.read_budget * max(self.fast_interval or 0.0, due_interval) + _EPSILON))
+        return names if len(names) <= most else ()
 
-        Sleeps in steps of ``fast_interval`` and asks ``wanted()`` after each step. ``PolledSource``
-        races this against :meth:`trigger`, which still ends any wait at once."""
+    def _narrowed_wait(self, names: Collection[str]) -> float:
+        """Seconds between narrowed reads of ``names``: ``due_interval``, longer if the budget says."""
+        return max(self.due_interval or 0.0, len(names) / self.read_budget)
+
+    def _list_due(self) -> bool:
+        return self._listed_at is None or self._clock() - self._listed_at >= self.interval - _EPSILON
+
+    def delay_after_poll(self) -> float:
+        """Until the next whole list is due: narrowed reads do not postpone it."""
+        if self._listed_at is None or not self.due_interval:
+            return self.interval
+        return max(0.0, self._listed_at + self.interval - self._clock())
+
+    def _early_after(self, slept: float) -> bool:
+        """May the wait end after ``slept`` seconds: due nodes to read, or a registration due?"""
+        names = self._narrowed()
+        if names and slept >= self._narrowed_wait(names) - _EPSILON:
+            return True
         fast = self.fast_interval
-        if fast is None or fast <= 0 or fast >= delay or self._failing:
+        return fast is not None and fast > 0 and slept >= fast - _EPSILON and self._wanted()
+
+    async def _pause(self, delay: float) -> None:
+        """The wait after a poll (``interval``) or a failure (backoff): ``delay`` seconds, ended
+        early (``_early_after``) once due nodes are to be read or ``wanted()`` is true, unless the
+        source is failing.
+
+        Sleeps in steps (``due_interval`` while nodes are due, else ``fast_interval``) and asks
+        after each step. ``PolledSource`` races this against :meth:`trigger`, which still ends any
+        wait at once."""
+        fast = self.fast_interval if self.fast_interval and self.fast_interval > 0 else None
+        narrowed = self._narrowed()
+        step = min(self._narrowed_wait(narrowed), fast or delay) if narrowed else fast
+        if step is None or step >= delay or self._failing:
             await self._nap(delay)
             return
         slept = 0.0
         while delay - slept > _EPSILON:
-            step = min(fast, delay - slept)
-            await self._nap(step)
-            slept += step
-            if delay - slept > _EPSILON and self._wanted():
+            nap = min(step, delay - slept)
+            await self._nap(nap)
+            slept += nap
+            if delay - slept > _EPSILON and self._early_after(slept):
                 return
 
     async def _list(self) -> list[Object] | NotModified:
         if not self._enabled():  # no configuration yet: no REST call
             self._update_time = None
+            self._listed_at = None
+            self._objects = {}
             return []
+        if not self._list_due():
+            names = self._narrowed()
+            if names:
+                return await self._read_alone(names)
+        self._listed_at = self._clock()
+        self.lists += 1
         try:
             page = await self._slurm.list_nodes(update_time=self._update_time if self.conditional else None)
         except SlurmNotModified:
@@ -403,4 +480,37 @@ class SlurmNodeSource(_RecoveringSource):
             self.conditional = False
             page = await self._slurm.list_nodes()
         self._update_time = page.update_time
-        return [node_object(node) for node in page.nodes if self._keep(node)]
+        self._objects = {node.name: node_object(node) for node in page.nodes if self._keep(node)}
+        return list(self._objects.values())
+
+    async def _read_alone(self, names: Collection[str]) -> list[Object] | NotModified:
+        """Read each of ``names`` alone, at once; the store changes only for nodes read anew."""
+        async with asyncio.TaskGroup() as tg:
+            reads = [tg.create_task(self._read_one(name)) for name in names]
+        objects = self._objects
+        changed = False
+        for read in reads:
+            node = read.result()
+            if node is None or not self._keep(node):
+                continue
+            before = objects.get(node.name)
+            if before is None or node_of(before) != node:
+                if not changed:
+                    objects = dict(objects)
+                    changed = True
+                objects[node.name] = node_object(node)
+        if not changed:
+            return NOT_MODIFIED
+        self._objects = objects
+        return list(objects.values())
+
+    async def _read_one(self, name: str) -> SlurmNode | None:
+        """The node, or None: not registered yet, or the read failed (the next poll tells)."""
+        self.reads += 1
+        try:
+            return await self._slurm.get_node(name)
+        except InvalidNodeName:
+            return None
+        except SlurmError as exc:
+            self._log.debug("reading a due node failed", node=name, error=str(exc))
+            return None

@@ -23,7 +23,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from email.utils import parsedate_to_datetime
 from types import TracebackType
@@ -349,8 +349,10 @@ class SlurmClient:
         begin_time: int | None = None,
         comment: str | None = None,
         admin_comment: str | None = None,
+        updated: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        """One POST with the given fields, in this version's shape.
+        """One POST with the given fields, in this version's shape; ``updated`` is awaited as soon as
+        it has landed (before an admin comment that follows by scontrol).
 
         ``admin_comment`` rides in the same body where the version takes it (v0.0.40+); v0.0.38 has
         no such field, so it is written by ``scontrol update`` after the POST (or alone). An answer
@@ -380,6 +382,8 @@ class SlurmClient:
                 await self._call("update_job", params={"job_id": job_id}, body=body)
             except PartitionConfigUnavailable as landed:
                 log.debug("job %s updated; Slurm adds: %s", job_id, landed.description)
+            if updated is not None:
+                await updated()
         if by_scontrol == "":
             await self._set_admin_comment_by_scontrol(job_id, by_scontrol)
 
@@ -403,12 +407,15 @@ class SlurmClient:
         begin_time: int | None = None,
         comment: str | None = None,
         admin_comment: str | None = None,
+        released: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """Pin to exactly ``nodes`` and the job's feature, and release, in one call.
 
         Pass ``begin_time`` (now) when releasing a job that was requeue-held, or it waits about two
         minutes with reason BeginTime. ``comment``/``admin_comment`` (usually "" to clear the
-        bridge's own) go with it. Raises InvalidNodeName/InvalidFeature if the nodes are not all
+        bridge's own) go with it. ``released`` is awaited once the job is released: on v0.0.38 the
+        admin comment is cleared by an ``scontrol`` subprocess after that, which the release itself
+        does not wait for. Raises InvalidNodeName/InvalidFeature if the nodes are not all
         registered yet.
         """
         if not nodes:
@@ -421,6 +428,7 @@ class SlurmClient:
             begin_time=begin_time,
             comment=comment,
             admin_comment=admin_comment,
+            updated=released,
         )
 
     async def hold_job(

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import http.client
 import json
 import math
 import os
 import re
+import socket
 import threading
 import time
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -271,24 +272,38 @@ class AdmissionWatch:
             {"watch": "1", "resourceVersion": resource_version, "allowWatchBookmarks": "false",
              "timeoutSeconds": "900"}
         )  # fmt: skip
-        self._url = f"{client.server}{path}?{query}"
+        server = urllib.parse.urlsplit(client.server)
+        self._host, self._port = server.hostname or "127.0.0.1", server.port or 443
+        self._target = f"{path}?{query}"
         self._context = client.ssl_context
         self._seen: dict[str, float] = {}
         self._lock = threading.Lock()
+        self._connection: http.client.HTTPSConnection | None = None
         self._response: Any = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="admission-watch", daemon=True)
 
     def __enter__(self) -> Self:
-        request = urllib.request.Request(self._url, headers={"Accept": "application/json"})
-        self._response = urllib.request.urlopen(request, context=self._context, timeout=900)
+        self._connection = http.client.HTTPSConnection(
+            self._host, self._port, context=self._context, timeout=900
+        )
+        self._connection.request("GET", self._target, headers={"Accept": "application/json"})
+        self._response = self._connection.getresponse()
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        # Shut the socket down first: closing the response while the reader thread waits in a read
+        # blocks until the next event, or until the server ends the watch (timeoutSeconds, 15 min).
+        sock = self._connection.sock if self._connection is not None else None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        self._thread.join(timeout=5)
         with contextlib.suppress(OSError):
             self._response.close()
-        self._thread.join(timeout=5)
+        if self._connection is not None:
+            self._connection.close()
 
     def _run(self) -> None:
         try:
@@ -300,7 +315,7 @@ class AdmissionWatch:
                     continue
                 with self._lock:
                     self._seen.setdefault(obj["metadata"]["uid"], arrived)
-        except (OSError, ValueError) as error:
+        except (OSError, ValueError, http.client.HTTPException) as error:
             self._error = error
 
     def count(self) -> int:

@@ -598,6 +598,34 @@ async def test_v0038_marks_by_scontrol_before_the_hold_and_clears_after_the_rele
     assert "admin_comment" not in server.seen[0].body
 
 
+@pytest.mark.parametrize("version", ["v0.0.38", "v0.0.42"])
+async def test_released_is_awaited_once_the_release_landed_before_a_v0038_admin_comment_clear(
+    server: Scripted, version: str
+) -> None:
+    """The bridge's Released Event is written at the release, not after an scontrol subprocess."""
+    order: list[str] = []
+
+    class Ordered(RecordingCli):
+        async def run(self, *args: str) -> str:
+            order.append("scontrol")
+            return ""
+
+    def posted() -> web.Response:
+        order.append("POST")
+        return web.json_response({"errors": [], "warnings": []})
+
+    async def released() -> None:
+        order.append("released")
+
+    server.on("POST", f"/slurm/{version}/job/42", posted)
+    async with client(server, version=version, scontrol=Ordered()) as slurm:
+        await slurm.pin_and_release(
+            42, nodes=["b42-0"], constraints="bridge-job-42", admin_comment="", released=released
+        )
+    # v0.0.40+ clears the admin comment in the same body: one call, then released.
+    assert order == (["POST", "released", "scontrol"] if version == "v0.0.38" else ["POST", "released"])
+
+
 async def test_a_missing_token_file_is_an_auth_error_not_an_oserror(tmp_path: Path) -> None:
     token = FileToken(tmp_path / "missing")
     with pytest.raises(SlurmAuthError, match="cannot read the token file"):

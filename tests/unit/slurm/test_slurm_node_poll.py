@@ -12,11 +12,15 @@ from typing import Any
 
 import pytest
 
+from bridge.api.slurm_node import NodeState, SlurmNode
 from bridge.runtime.cache import Store, meta_namespace_key
-from bridge.slurm.node_poll import NodePollOnPodStart, registration_due
+from bridge.slurm.node_poll import NodePollOnPodStart, due_nodes, registration_due
 from bridge.slurm.program import parse_args
+from bridge.slurm.source import node_object
 from reconcilers.slurm import INDEX_JOB, Phase, pod_job_keys
 from translators.slurm import LABEL_CLUSTER, LABEL_JOB_ID
+
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 
 def pod(
@@ -27,7 +31,7 @@ def pod(
         "metadata": {
             "namespace": "ns",
             "name": f"slurm-hpc-{job_id}-slurmd-0-{index}-abcde",
-            "labels": {LABEL_CLUSTER: "hpc", LABEL_JOB_ID: str(job_id)},
+            "labels": {LABEL_CLUSTER: "hpc", LABEL_JOB_ID: str(job_id), COMPLETION_INDEX: str(index)},
             **meta,
         },
         "status": {"phase": phase, "conditions": conditions},
@@ -55,6 +59,34 @@ def test_a_registration_is_due_when_an_admitted_job_has_a_running_pod() -> None:
 def test_a_terminating_pod_does_not_make_a_registration_due() -> None:
     pods = pod_store(pod(1, phase="Running", deletionTimestamp="2026-01-01T00:00:00Z"))
     assert not registration_due({"hpc/1": Phase.ADMITTED}, pods)
+
+
+def node_store(*nodes: SlurmNode) -> Store:
+    store = Store(key_func=meta_namespace_key)
+    for node in nodes:
+        store.put(node_object(node))
+    return store
+
+
+def test_the_due_nodes_are_those_of_running_pods_of_admitted_jobs_not_seen_idle() -> None:
+    pods = pod_store(
+        pod(1, 0, phase="Running"), pod(1, 1, phase="Running"), pod(1, 2), pod(2, 0, phase="Running"),
+        pod(3, 0, phase="Running"), pod(4, 0, phase="Running", deletionTimestamp="2026-01-01T00:00:00Z"),
+    )  # fmt: skip
+    nodes = node_store(
+        SlurmNode(name="b1-0", state=NodeState.IDLE),  # registered idle: not due any more
+        SlurmNode(name="b3-0", state=NodeState.IDLE, state_flags=frozenset({"DRAIN"})),  # not usable
+    )
+    phases = {
+        "hpc/1": Phase.ADMITTED,
+        "hpc/2": Phase.RUNNING,
+        "hpc/3": Phase.ADMITTED,
+        "hpc/4": Phase.ADMITTED,
+    }
+    # Job 1: b1-1's slurmd runs and is not seen yet; b1-2's pod is still pending (nothing to read).
+    # Job 2 is past the wait; job 4's only pod is being deleted.
+    assert due_nodes(phases, pods, nodes) == ["b1-1", "b3-0"]
+    assert due_nodes({}, pods, nodes) == []
 
 
 def test_a_slurmd_pod_of_a_waiting_job_that_starts_or_gets_ready_triggers_a_node_poll() -> None:
@@ -90,7 +122,9 @@ def test_pods_of_jobs_not_waiting_for_nodes_or_the_initial_list_trigger_nothing(
 
 def test_the_fast_node_poll_interval_flag_and_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     _, s, _ = parse_args(["--config", "site"])
-    assert (s.node_poll_interval, s.node_poll_fast_interval) == (1.0, 0.2)
+    assert (s.node_poll_interval, s.node_poll_fast_interval, s.node_poll_due_interval) == (1.0, 0.2, 0.05)
+    _, s, _ = parse_args(["--config", "site", "--node-poll-due-interval", "0"])
+    assert s.node_poll_due_interval == 0.0  # off: whole lists only
     _, s, _ = parse_args(["--config", "site", "--node-poll-fast-interval", "0.1"])
     assert s.node_poll_fast_interval == 0.1
     monkeypatch.setenv("K8S_BRIDGE_NODE_POLL_FAST_INTERVAL", "0")
@@ -110,3 +144,5 @@ def test_help_documents_the_fast_node_poll_interval(capsys: pytest.CaptureFixtur
     text = " ".join(capsys.readouterr().out.split())
     assert "--node-poll-fast-interval" in text
     assert "K8S_BRIDGE_NODE_POLL_FAST_INTERVAL" in text
+    assert "--node-poll-due-interval" in text
+    assert "K8S_BRIDGE_NODE_POLL_DUE_INTERVAL" in text

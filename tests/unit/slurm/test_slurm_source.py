@@ -15,7 +15,7 @@ from bridge.runtime.controller import Request
 from bridge.runtime.handlers import Object
 from bridge.runtime.sources import NotModified
 from bridge.slurm.source import SlurmJobSource, SlurmNodeSource, job_of, node_of, source_backoff
-from bridge.slurmrest.errors import InvalidJobId, SlurmAPIError, SlurmUnavailable
+from bridge.slurmrest.errors import InvalidJobId, InvalidNodeName, SlurmAPIError, SlurmUnavailable
 from bridge.slurmrest.errors import NotModified as SlurmNotModified
 from bridge.slurmrest.versions import JobsPage, NodesPage
 from reconcilers.slurm import INDEX_JOB, node_job_id, node_job_keys
@@ -59,6 +59,10 @@ class FakeSlurm:
         if isinstance(item, Exception):
             raise item
         return item  # type: ignore[no-any-return]
+
+    async def get_node(self, name: str) -> SlurmNode:
+        self.calls.append(f"get_node({name})")
+        raise InvalidNodeName("Invalid node name specified", error_number=2018)
 
 
 class Recorder:
@@ -354,6 +358,9 @@ class TimedNodes:
             raise SlurmUnavailable("down")
         return NodesPage(nodes=(snode("b42-0", "bridge-job-42"),), update_time=len(self.polls))
 
+    async def get_node(self, name: str) -> SlurmNode:
+        raise AssertionError("no node is due: nothing is read alone")
+
 
 async def run_until(src: SlurmNodeSource, done: Callable[[], bool]) -> None:
     async with asyncio.TaskGroup() as tg:
@@ -437,6 +444,9 @@ async def test_triggers_during_a_poll_in_flight_coalesce_into_one_poll_after_it(
             in_flight -= 1
             return NodesPage(nodes=(), update_time=polls)
 
+        async def get_node(self, name: str) -> SlurmNode:
+            raise AssertionError("no node is due")
+
     src = SlurmNodeSource(
         slurm=SlowNodes(), keep=lambda n: True, interval=3600.0, fast_interval=0.2,
         wanted=lambda: False, sleep=clock.sleep,
@@ -461,3 +471,108 @@ async def test_triggers_during_a_poll_in_flight_coalesce_into_one_poll_after_it(
     assert polls == 3  # the five triggers made exactly one poll, right after the one in flight
     assert most_at_once == 1
     assert waited < 3600.0  # at once, not after the interval
+
+
+# --- narrowed reads: only the nodes whose registration is due -------------------------------------
+
+
+class RegisteringNodes:
+    """slurmctld on a virtual clock: ``registers`` says when each node registers idle; the whole
+    list and single reads answer accordingly, and every request is recorded with its time."""
+
+    def __init__(self, clock: VirtualTime, registers: dict[str, float]) -> None:
+        self.clock = clock
+        self.registers = registers
+        self.calls: list[tuple[str, float]] = []
+
+    def _up(self) -> list[SlurmNode]:
+        return [snode(n, "bridge-job-42") for n, at in sorted(self.registers.items()) if self.clock.now >= at]
+
+    async def list_nodes(self, *, update_time: int | None = None) -> NodesPage:
+        self.calls.append(("list", round(self.clock.now, 3)))
+        return NodesPage(nodes=tuple(self._up()), update_time=None)
+
+    async def get_node(self, name: str) -> SlurmNode:
+        self.calls.append((name, round(self.clock.now, 3)))
+        for node in self._up():
+            if node.name == name:
+                return node
+        raise InvalidNodeName("Invalid node name specified", error_number=2018)
+
+
+def narrowed_source(
+    slurm: RegisteringNodes, clock: VirtualTime, due: Callable[[SlurmNodeSource], list[str]]
+) -> SlurmNodeSource:
+    holder: list[SlurmNodeSource] = []
+    src = SlurmNodeSource(
+        slurm=slurm,
+        keep=lambda n: True,
+        interval=1.0,
+        fast_interval=0.2,
+        due=lambda: due(holder[0]),
+        wanted=lambda: bool(due(holder[0])),
+        due_interval=0.05,
+        sleep=clock.sleep,
+        clock=lambda: clock.now,
+    )
+    holder.append(src)
+    return src
+
+
+def not_stored(src: SlurmNodeSource, names: list[str], *, since: float, clock: VirtualTime) -> list[str]:
+    """The due nodes of a job whose pods run from ``since`` on: those the store does not hold."""
+    return [n for n in names if clock.now >= since - 1e-9 and src.store.get(n) is None]
+
+
+async def test_due_nodes_are_read_alone_every_due_interval_and_the_whole_list_keeps_its_interval() -> None:
+    clock = VirtualTime()
+    slurm = RegisteringNodes(clock, {"b42-0": 0.5})
+    src = narrowed_source(slurm, clock, lambda s: not_stored(s, ["b42-0"], since=0.3, clock=clock))
+    events = Recorder()
+    src.add_handler(events)
+    await run_until(src, lambda: len([c for c in slurm.calls if c[0] == "list"]) >= 2)
+    # The pod runs from t=0.3 (seen at the next 0.2 s look, t=0.4); the node is read alone every
+    # 0.05 s until it registers (t=0.5); the whole list still comes once a second, never postponed.
+    assert slurm.calls == [("list", 0.0), ("b42-0", 0.4), ("b42-0", 0.45), ("b42-0", 0.5), ("list", 1.0)]
+    assert events.events == [("add", "b42-0")]
+    assert (src.lists, src.reads) == (2, 3)
+
+
+async def test_a_read_alone_changes_only_the_node_read() -> None:
+    clock = VirtualTime()
+    slurm = RegisteringNodes(clock, {"b42-0": 0.0, "b42-1": 0.12})
+    src = narrowed_source(slurm, clock, lambda s: not_stored(s, ["b42-1"], since=0.0, clock=clock))
+    events = Recorder()
+    src.add_handler(events)
+    await run_until(src, lambda: src.store.get("b42-1") is not None)
+    assert sorted(src.store.keys()) == ["b42-0", "b42-1"]  # the listed node stays
+    assert events.events == [("add", "b42-0"), ("add", "b42-1")]
+    assert [c[0] for c in slurm.calls] == ["list", "b42-1", "b42-1", "b42-1"]  # 0.05, 0.1, 0.15
+
+
+async def test_more_due_nodes_than_the_budget_allows_are_listed_whole_at_the_fast_interval() -> None:
+    clock = VirtualTime()
+    many = [f"b42-{i}" for i in range(9)]  # 40 reads/s x 0.2 s = 8 at most
+    slurm = RegisteringNodes(clock, dict.fromkeys(many, 100.0))
+    src = narrowed_source(slurm, clock, lambda s: not_stored(s, many, since=0.0, clock=clock))
+    await run_until(src, lambda: len(slurm.calls) >= 4)
+    assert slurm.calls[:4] == [("list", 0.0), ("list", 0.2), ("list", 0.4), ("list", 0.6)]
+
+
+async def test_the_read_budget_spaces_the_reads_of_several_due_nodes() -> None:
+    clock = VirtualTime()
+    four = [f"b42-{i}" for i in range(4)]
+    slurm = RegisteringNodes(clock, dict.fromkeys(four, 100.0))
+    src = narrowed_source(slurm, clock, lambda s: not_stored(s, four, since=0.0, clock=clock))
+    await run_until(src, lambda: len(slurm.calls) >= 9)
+    # Four due nodes at 40 reads a second: a round of four every 0.1 s, not every 0.05 s.
+    assert sorted({at for _, at in slurm.calls[1:9]}) == pytest.approx([0.1, 0.2])
+
+
+async def test_without_a_due_interval_due_nodes_are_never_read_alone() -> None:
+    clock = VirtualTime()
+    slurm = RegisteringNodes(clock, {"b42-0": 100.0})
+    src = narrowed_source(slurm, clock, lambda s: not_stored(s, ["b42-0"], since=0.0, clock=clock))
+    src.due_interval = None
+    await run_until(src, lambda: len(slurm.calls) >= 3)
+    assert slurm.calls[:3] == [("list", 0.0), ("list", 0.2), ("list", 0.4)]
