@@ -328,7 +328,9 @@ async def test_a_real_prometheus_scraping_both_bridges_answers_every_panel_and_r
         done = await wait_job(slurm_client, job_id, until=finished, timeout=TIMEOUT, what="to finish",
                               stack=pool, bridge=slurm_bridge)  # fmt: skip
         assert done.state == "COMPLETED", done
-        created = ray.create_rayjob(ray.rayjob(name, entrypoint=DRIVER.format(sleep=1), workers=1))
+        # Long enough for the bridge to see it RUNNING (a 1 s driver can end between two of its looks,
+        # and admitted -> running is then never observed).
+        created = ray.create_rayjob(ray.rayjob(name, entrypoint=DRIVER.format(sleep=8), workers=1))
         assert created["metadata"]["annotations"].get(GATE_ANNOTATION)
         finished_ray = await _job_status_is(ray, name, {"SUCCEEDED", "FAILED"}, ray_bridge)
         assert finished_ray["jobStatus"] == "SUCCEEDED"
