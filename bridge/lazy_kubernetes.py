@@ -93,16 +93,9 @@ class _LazyPackageFinder(importlib.abc.MetaPathFinder):
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in self._packages:
             return None
-        # The real spec, found by the finders after this one: its location, not its loader.
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        if spec.origin is None or spec.submodule_search_locations is None:
+        # The real spec, from the path-based finder: its location, not its loader.
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.origin is None or spec.submodule_search_locations is None:
             return None
         return importlib.util.spec_from_file_location(
             fullname,

@@ -1529,6 +1529,10 @@ class CommentBudget:
         self._waiting.pop(key, None)
 
 
+_Made = tuple[SlurmJob, WorkloadMixingSpec, "Translation | Untranslatable"]
+"""A kept translation: the job and configuration it was made from, and what it gave."""
+
+
 class SlurmObserver:
     """Gathers the :class:`Observed` of one job from the caches: the reconciler's eyes, and
     ``explain``'s, so that the two can never disagree on what they see."""
@@ -1552,10 +1556,7 @@ class SlurmObserver:
         self.nodes = nodes
         self.child_jobs = child_jobs if child_jobs is not None else Store(indexers={INDEX_JOB: pod_job_keys})
         self._bridged_count: tuple[tuple[int, str], int] | None = None
-        self._translations: OrderedDict[
-            int, tuple[SlurmJob, WorkloadMixingSpec, Translation | Untranslatable]
-        ]
-        self._translations = OrderedDict()
+        self._translations: OrderedDict[int, _Made] = OrderedDict()
         self._options = options
         self._wall_clock = wall_clock
 

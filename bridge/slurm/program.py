@@ -438,10 +438,8 @@ class _KubeSide:
 
 def _local_queues(jobsets: Informer) -> list[tuple[str, str]]:
     """The LocalQueues the bridge's JobSets are submitted to, as ``(namespace, name)``."""
-    return [
-        (key.partition("/")[0], key.partition("/")[2])
-        for key in jobsets.store.index_values(INDEX_LOCAL_QUEUE)
-    ]
+    keys = jobsets.store.index_values(INDEX_LOCAL_QUEUE)
+    return [(namespace, name) for namespace, _, name in (key.partition("/") for key in keys)]
 
 
 def _node_states(nodes: SlurmNodeSource) -> dict[str, int]:
