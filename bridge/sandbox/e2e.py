@@ -367,8 +367,16 @@ class BridgeProcess:
 
     def metric(self, name: str, **labels: str) -> float:
         """Sum of the samples of ``name`` whose labels include ``labels`` (0 when none or no answer)."""
+        return sum(
+            value
+            for pairs, value in self.metric_samples(name).items()
+            if all(dict(pairs).get(k) == v for k, v in labels.items())
+        )
+
+    def metric_samples(self, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+        """Each sample of ``name`` by its sorted label pairs (empty when none or no answer)."""
         text = self.metrics_text() or ""
-        total = 0.0
+        samples: dict[tuple[tuple[str, str], ...], float] = {}
         for line in text.splitlines():
             if line.startswith("#") or not line.startswith(name):
                 continue
@@ -376,10 +384,9 @@ class BridgeProcess:
             sample, _, label_text = head.partition("{")
             if sample != name:
                 continue
-            pairs = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', label_text))
-            if all(pairs.get(k) == v for k, v in labels.items()):
-                total += float(value)
-        return total
+            pairs = tuple(sorted(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', label_text)))
+            samples[pairs] = float(value)
+        return samples
 
 
 class E2EStack:

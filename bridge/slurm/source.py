@@ -234,7 +234,8 @@ class SlurmJobSource(_RecoveringSource):
             self._due.clear()
             return []
         current = (self._cluster(), frozenset(self._partitions()), frozenset(self._bridged()))
-        if self._due and self._jobs is not None and current == self._filter and not self._list_due():
+        same_list = self._jobs is not None and current == self._filter
+        if self._due and same_list and not self._failing and not self._list_due():
             return await self._read_due(current)
         self._due.clear()
         self._listed_at = self._clock()
@@ -251,22 +252,31 @@ class SlurmJobSource(_RecoveringSource):
         return self._filtered(current)
 
     async def _read_due(self, current: _Filter) -> list[Object] | NotModified:
-        """Read each job written since the last poll alone; the store changes only for those."""
+        """Read each job written since the last poll alone; the store changes only for those.
+
+        When no read got an answer (slurmrestd down), the poll fails as a failed list does."""
         due, self._due = sorted(self._due), set()
         read = False
+        unanswered: list[SlurmError] = []
         for job_id in due:
             self.reads += 1
             try:
                 job = await self._slurm.get_job(job_id)
             except InvalidJobId:
                 continue  # gone from slurmctld: the next list says so
-            except SlurmError as exc:  # the next list brings it
+            except SlurmAPIError as exc:  # refused: the next list brings it
+                self._log.debug("reading a written job refused", job_id=job_id, error=str(exc))
+                continue
+            except SlurmError as exc:
                 self._log.debug("reading a written job failed", job_id=job_id, error=str(exc))
+                unanswered.append(exc)
                 continue
             if job.job_id == job_id:
                 self._read[job_id] = job
                 self._by_id = None
                 read = True
+        if unanswered and len(unanswered) == len(due):
+            raise unanswered[0]
         return self._filtered(current) if read else NOT_MODIFIED
 
     def _filtered(self, current: _Filter) -> list[Object] | NotModified:
@@ -345,8 +355,9 @@ class SlurmNodeSource(_RecoveringSource):
     store does not show them idle). While there are some, and few enough for ``read_budget``, a poll
     reads only those (``GET /node/{name}`` each, at once) every ``due_interval`` seconds, and the
     whole list still comes every ``interval`` (the only poll that sees a node go away). A node not
-    registered yet answers "invalid node name" and changes nothing; a failed read is left to the
-    next poll.
+    registered yet answers "invalid node name" and changes nothing; a refused read is left to the
+    next poll, and a round of reads none of which got an answer fails like a failed list (backoff;
+    the first poll after a failure is a whole list).
     """
 
     def __init__(
@@ -462,7 +473,7 @@ class SlurmNodeSource(_RecoveringSource):
             self._listed_at = None
             self._objects = {}
             return []
-        if not self._list_due():
+        if not self._list_due() and not self._failing:  # after a failure, a whole list tells
             names = self._narrowed()
             if names:
                 return await self._read_alone(names)
@@ -484,14 +495,21 @@ class SlurmNodeSource(_RecoveringSource):
         return list(self._objects.values())
 
     async def _read_alone(self, names: Collection[str]) -> list[Object] | NotModified:
-        """Read each of ``names`` alone, at once; the store changes only for nodes read anew."""
+        """Read each of ``names`` alone, at once; the store changes only for nodes read anew.
+
+        When no read got an answer (slurmrestd down, or refusing the token), the poll fails as a
+        failed list does, so the source backs off instead of reading every ``due_interval``; reads
+        that failed beside an answered one are left to the next poll."""
         async with asyncio.TaskGroup() as tg:
             reads = [tg.create_task(self._read_one(name)) for name in names]
+        answers = [read.result() for read in reads]
+        unanswered = [a for a in answers if isinstance(a, SlurmError)]
+        if unanswered and len(unanswered) == len(answers):
+            raise unanswered[0]
         objects = self._objects
         changed = False
-        for read in reads:
-            node = read.result()
-            if node is None or not self._keep(node):
+        for node in answers:
+            if node is None or isinstance(node, SlurmError) or not self._keep(node):
                 continue
             before = objects.get(node.name)
             if before is None or node_of(before) != node:
@@ -504,13 +522,17 @@ class SlurmNodeSource(_RecoveringSource):
         self._objects = objects
         return list(objects.values())
 
-    async def _read_one(self, name: str) -> SlurmNode | None:
-        """The node, or None: not registered yet, or the read failed (the next poll tells)."""
+    async def _read_one(self, name: str) -> SlurmNode | SlurmError | None:
+        """The node; None when it is not registered yet or slurmctld refused the read (an answer
+        all the same: the next poll tells); the error when slurmrestd gave no usable answer."""
         self.reads += 1
         try:
             return await self._slurm.get_node(name)
         except InvalidNodeName:
             return None
+        except SlurmAPIError as exc:
+            self._log.debug("reading a due node refused", node=name, error=str(exc))
+            return None
         except SlurmError as exc:
             self._log.debug("reading a due node failed", node=name, error=str(exc))
-            return None
+            return exc

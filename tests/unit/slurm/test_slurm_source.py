@@ -205,6 +205,45 @@ async def test_a_written_job_gone_from_slurmctld_is_left_to_the_next_list() -> N
     assert src.job(1) == sjob(1)
 
 
+async def test_written_jobs_whose_reads_all_go_unanswered_fail_the_poll_and_a_whole_list_follows() -> None:
+    """slurmrestd went away after a write: the reads fail the poll (the source backs off instead of
+    calling it a success), and the poll after the failure is a whole list, not the reads again."""
+    clock = Clock()
+    slurm = FakeSlurm([page(sjob(1)), page(sjob(1, comment="listed"))])
+    src = job_source(slurm, interval=1.0, clock=clock)
+    await src.poll_once()
+
+    async def down(job_id: int) -> SlurmJob:
+        slurm.calls.append(f"get_job({job_id})")
+        raise SlurmUnavailable("connection refused")
+
+    slurm.get_job = down  # type: ignore[method-assign]
+    src.refresh(1)
+    with pytest.raises(SlurmUnavailable):
+        await src.poll_once()
+    assert src.last_error == "SlurmUnavailable: connection refused"
+    src.refresh(1)
+    await src.poll_once()  # 0 s after the last list, yet a whole list: the source was failing
+    assert slurm.calls == ["poll_jobs", "get_job(1)", "poll_jobs"]
+    assert src.healthy
+    assert src.job(1) == sjob(1, comment="listed")
+
+
+async def test_a_refused_read_of_a_written_job_is_an_answer_not_a_failure() -> None:
+    clock = Clock()
+    slurm = FakeSlurm([page(sjob(1))])
+    src = job_source(slurm, interval=1.0, clock=clock)
+    await src.poll_once()
+
+    async def refused(job_id: int) -> SlurmJob:
+        raise SlurmAPIError("Unspecified error", error_number=1)
+
+    slurm.get_job = refused  # type: ignore[method-assign]
+    src.refresh(1)
+    assert isinstance(await src._list(), NotModified)
+    assert src.healthy
+
+
 async def test_a_list_of_the_very_same_jobs_is_no_diff_at_all() -> None:
     """Slurm said something changed, but every job of the list is the last list's object (what changed
     was another partition's job, or a field no adapter reads): no store diff, no event."""
@@ -576,3 +615,55 @@ async def test_without_a_due_interval_due_nodes_are_never_read_alone() -> None:
     src.due_interval = None
     await run_until(src, lambda: len(slurm.calls) >= 3)
     assert slurm.calls[:3] == [("list", 0.0), ("list", 0.2), ("list", 0.4)]
+
+
+class OutageNodes(RegisteringNodes):
+    """slurmctld as :class:`RegisteringNodes`, with slurmrestd unreachable from ``down`` on."""
+
+    def __init__(self, clock: VirtualTime, registers: dict[str, float], *, down: float) -> None:
+        super().__init__(clock, registers)
+        self.down = down
+
+    async def list_nodes(self, *, update_time: int | None = None) -> NodesPage:
+        page = await super().list_nodes(update_time=update_time)
+        if self.clock.now >= self.down:
+            raise SlurmUnavailable("connection refused")
+        return page
+
+    async def get_node(self, name: str) -> SlurmNode:
+        if self.clock.now >= self.down:
+            self.calls.append((name, round(self.clock.now, 3)))
+            raise SlurmUnavailable("connection refused")
+        return await super().get_node(name)
+
+
+async def test_due_node_reads_that_get_no_answer_back_off_like_a_failed_list() -> None:
+    """slurmrestd is down while a node is due: the reads fail the poll, so the source backs off
+    (0.8 s doubling) instead of reading every 0.05 s, and recovers with a whole list."""
+    clock = VirtualTime()
+    slurm = OutageNodes(clock, {"b42-0": 100.0}, down=0.3)
+    src = narrowed_source(slurm, clock, lambda s: not_stored(s, ["b42-0"], since=0.0, clock=clock))
+    await run_until(src, lambda: clock.now >= 30.0)
+    during = [c for c in slurm.calls if c[1] >= 0.3]
+    assert 4 <= len(during) <= 10, during  # 0.8-1.6, 1.6-3.2, 3.2-6.4, then 6.4-8 s apart
+    assert [name for name, _ in during[1:]] == ["list"] * (len(during) - 1)  # each retry lists whole
+    assert src.failures == len(during)
+
+
+async def test_a_due_node_read_refused_beside_an_answered_one_is_left_to_the_next_poll() -> None:
+    clock = VirtualTime()
+    slurm = RegisteringNodes(clock, {"b42-0": 0.0, "b42-1": 0.12, "b42-2": 0.12})
+    answer = slurm.get_node
+
+    async def one_refused(name: str) -> SlurmNode:
+        if name == "b42-2":
+            slurm.calls.append((name, round(clock.now, 3)))
+            raise SlurmUnavailable("reset by peer")
+        return await answer(name)
+
+    slurm.get_node = one_refused  # type: ignore[method-assign]
+    src = narrowed_source(slurm, clock, lambda s: not_stored(s, ["b42-1", "b42-2"], since=0.0, clock=clock))
+    await run_until(src, lambda: src.store.get("b42-1") is not None)
+    assert src.failures == 0
+    assert src.healthy
+    assert src.store.get("b42-2") is None  # the next read (or list) brings it
