@@ -98,6 +98,7 @@ from bridge.slurmrest.errors import (
     SlurmUnavailable,
 )
 from reconcilers.queue_positions import MISSING_AGE, QueuePositionSource
+from reconcilers.slurm_deletions import NodeDeletions, NodeListings
 from reconcilers.slurm_reservations import ReservationCache
 from reconcilers.slurm_waiting import (
     RETRY_AFTER_GIVE_BACK,
@@ -614,6 +615,11 @@ class Observed:
     """This process turned the job's user hold into the bridge's admin hold already; the job source
     may show it a poll later (the conversion does not poll at once), and converting again on each
     event of the queued job would be one write to slurmctld each."""
+    nodes_deleted: frozenset[str] = frozenset()
+    """Nodes of this job this process deleted since the node source's last whole list began: the
+    store may still show them, and a recorded name that never registered stays absent from it, so
+    deleting them again on each event until that list says whether they are gone would be one call
+    each (an ``scontrol delete`` subprocess on 22.05). A list that still shows one allows it again."""
     comment_due: bool = True
     """A comment saying why the job waits in Kueue may be written now (the reconciler bounds how
     often, per job and in all)."""
@@ -764,7 +770,7 @@ def _cleanup(
             why=f"{why}: cleaning up once Slurm has finished completing it",
         )
     recorded = o.jobset_nodes if pods_possible else ()
-    names = tuple(dict.fromkeys([*(n.name for n in o.nodes), *recorded]))
+    names = _not_deleted_yet(o, [*(n.name for n in o.nodes), *recorded])
     if names:
         down = tuple(n.name for n in o.nodes if n.state is NodeState.DOWN)
         actions.append(DeleteNodes(names=names, down_already=down))
@@ -775,6 +781,11 @@ def _cleanup(
     return Decision(
         actions=tuple(actions), confirm=confirm, phase=phase or Phase.FINISHING, why=f"{why}: cleaning up"
     )
+
+
+def _not_deleted_yet(o: Observed, names: Iterable[str]) -> tuple[str, ...]:
+    """``names`` once each, in order, less those deleted already (``Observed.nodes_deleted``)."""
+    return tuple(n for n in dict.fromkeys(names) if n not in o.nodes_deleted)
 
 
 def _is_jobset(answer: object) -> bool:
@@ -1260,9 +1271,10 @@ def _decide_bridged(o: Observed, job: SlurmJob) -> Decision:
         )
     if wl.state in (WorkloadState.EVICTED, WorkloadState.PREEMPTED):
         # Stale nodes of the evicted pods go once the pods are gone; re-admission registers them anew.
-        if o.nodes and not _pods_may_run(o):
+        stale = _not_deleted_yet(o, (n.name for n in o.nodes))
+        if stale and not _pods_may_run(o):
             return Decision(
-                actions=(*pre, DeleteNodes(names=tuple(n.name for n in o.nodes))),
+                actions=(*pre, DeleteNodes(names=stale)),
                 confirm=True,
                 phase=Phase.EVICTED,
                 why=f"Workload {wl.state}, job held: deleting the stale nodes",
@@ -1704,6 +1716,7 @@ class SlurmReconciler:
         reservations: ReservationCache | None = None,
         queue_positions: QueuePositionSource | None = None,
         nodes_trigger: Callable[[], None] | None = None,
+        node_listings: NodeListings | None = None,
         recorder: EventRecorder | None = None,
         on_phases: Callable[[Mapping[str, int]], None] | None = None,
         options: TranslationOptions = DEFAULT_OPTIONS,
@@ -1728,6 +1741,9 @@ class SlurmReconciler:
         )
         self._metrics = metrics
         self._nodes_trigger = nodes_trigger
+        self._deletions = NodeDeletions(node_listings) if node_listings is not None else None
+        """The nodes deleted until the node source has listed whole since; None: not remembered
+        (every look deletes what it sees)."""
         self._recorder = recorder
         self._on_phases = on_phases
         self._wall_clock = wall_clock
@@ -1800,6 +1816,11 @@ class SlurmReconciler:
             self._converted.discard(key)
         if key in self._converted:
             observed = replace(observed, hold_converted=True)
+        if self._deletions is not None and len(self._deletions):
+            names = (*(n.name for n in observed.nodes), *observed.jobset_nodes)
+            deleted = self._deletions.unlisted(names)
+            if deleted:
+                observed = replace(observed, nodes_deleted=deleted)
         wait = self._comments.wait(key)
         if wait > 0:
             observed = replace(observed, comment_due=False, comment_retry=self._comments.retry(key, wait))
@@ -2064,6 +2085,8 @@ class SlurmReconciler:
                     down_if_busy=name not in action.down_already,
                     reason=f"k8s-bridge: job {o.job_id} done",
                 )
+            if self._deletions is not None:
+                self._deletions.deleted(name)
 
     async def _hold(self, o: Observed, raw_js: Object | None, action: Hold) -> None:
         try:

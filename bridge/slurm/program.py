@@ -322,6 +322,7 @@ class SlurmBridge(BridgeProgram):
             reservations=ReservationCache(list_reservations=slurm.list_reservations),
             queue_positions=places,
             nodes_trigger=nodes.trigger,
+            node_listings=nodes,
             metrics=metrics,
             recorder=shell.recorder,
             on_phases=self._report_counts,

@@ -408,6 +408,9 @@ class SlurmNodeSource(_RecoveringSource):
         self._listed_at: float | None = None
         self.lists = 0
         """Whole lists asked for."""
+        self.listed = 0
+        """The number (in ``lists``) of the last whole list the store shows; 0 before the first. A
+        node deleted when ``lists`` was n is known gone (or not) once ``listed`` passes n."""
         self.reads = 0
         """Single nodes read (narrowed polls)."""
         self.conditional = True
@@ -479,9 +482,11 @@ class SlurmNodeSource(_RecoveringSource):
                 return await self._read_alone(names)
         self._listed_at = self._clock()
         self.lists += 1
+        number = self.lists
         try:
             page = await self._slurm.list_nodes(update_time=self._update_time if self.conditional else None)
         except SlurmNotModified:
+            self.listed = number
             return NOT_MODIFIED
         except SlurmAPIError as exc:
             if not self.conditional or self._update_time is None:
@@ -492,6 +497,7 @@ class SlurmNodeSource(_RecoveringSource):
             page = await self._slurm.list_nodes()
         self._update_time = page.update_time
         self._objects = {node.name: node_object(node) for node in page.nodes if self._keep(node)}
+        self.listed = number
         return list(self._objects.values())
 
     async def _read_alone(self, names: Collection[str]) -> list[Object] | NotModified:

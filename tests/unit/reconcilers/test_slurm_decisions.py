@@ -1163,3 +1163,25 @@ def test_a_foreground_deletion_whose_pods_run_deletes_their_jobs_in_the_backgrou
     d = decide(observe(None, js=not_foreground, wl=wl, pods=pods, live_child_jobs=("js-slurmd-0",),
                        has_finalizer=False))  # fmt: skip
     assert not any(isinstance(a, DeleteChildJobs) for a in d.actions)
+
+
+# --- nodes deleted already are not deleted again before the node source has listed since ----------
+
+
+def test_stale_nodes_deleted_already_are_waited_for_not_deleted_again() -> None:
+    evicted = observe(job(), js=jobset(), wl=workload(WorkloadState.PREEMPTED), nodes=IDLE)
+    assert kinds(decide(evicted)) == ["delete_nodes"]
+    d = decide(replace(evicted, nodes_deleted=frozenset(NAMES)))
+    assert d.actions == ()
+    assert d.phase is Phase.EVICTED
+    one_left = decide(replace(evicted, nodes_deleted=frozenset(NAMES[:1])))
+    assert one_left.actions == (DeleteNodes(names=NAMES[1:]),)
+
+
+def test_a_cleanup_skips_nodes_deleted_already_and_still_drops_the_finalizer() -> None:
+    finished = workload(WorkloadState.FINISHED)
+    ended = observe(job(state=JobState.COMPLETED), js=jobset(deleting=True), wl=finished, nodes=IDLE)
+    assert "delete_nodes" in kinds(decide(ended))
+    d = decide(replace(ended, nodes_deleted=frozenset(NAMES)))
+    assert "delete_nodes" not in kinds(d)
+    assert "remove_finalizer" in kinds(d)

@@ -284,6 +284,20 @@ class Counter:
         self.count += 1
 
 
+class NodeLists:
+    """The node source's whole-list numbers, moved by the test (``list_begun``, ``list_stored``)."""
+
+    def __init__(self) -> None:
+        self.lists = 1
+        self.listed = 1
+
+    def list_begun(self) -> None:
+        self.lists += 1
+
+    def list_stored(self) -> None:
+        self.listed = self.lists
+
+
 class World:
     def __init__(
         self,
@@ -303,6 +317,7 @@ class World:
         self.registry = CollectorRegistry()
         self.phases: list[dict[str, int]] = []
         self.node_polls = Counter()
+        self.node_lists = NodeLists()
         self.reconciler = SlurmReconciler(
             client=cast(Client, self.kube),
             slurm=self.slurm,
@@ -317,6 +332,7 @@ class World:
             metrics=slurm_metrics(self.registry),
             on_phases=lambda p: self.phases.append(dict(p)),
             nodes_trigger=self.node_polls.append_one,
+            node_listings=self.node_lists,
         )
 
     def admit_with_idle_nodes(self, jobset: Object) -> None:
@@ -826,6 +842,28 @@ async def test_without_an_answer_to_the_delete_the_jobset_is_read_before_the_fin
     await w.reconcile()
     assert [c[0] for c in w.kube.calls] == ["delete", "patch"]
     assert w.kube.gets == before + 1
+
+
+async def test_deleted_nodes_are_not_deleted_again_until_a_whole_node_list_begun_after_says() -> None:
+    """Cancelled while its pods run: the nodes (seen or recorded) are deleted once; the events of the
+    pods terminating reconcile again meanwhile and delete nothing; a list begun before the deletion
+    proves nothing; once a list begun after it is stored, a node it still shows is deleted again."""
+    w = World(held(state=JobState.CANCELLED, hold=False))
+    w.add_jobset(jobset_object(suspended=False, finalizers=[FINALIZER, "foregroundDeletion"]))
+    w.workloads.put(workload_object(admitted=True))
+    w.nodes.put(node_object(idle("b42-0")))  # b42-1 is only recorded on the JobSet
+    w.node_lists.list_begun()  # in flight during the deletion: begun before it
+    await w.reconcile()
+    deletes = [("delete_node", "b42-0"), ("delete_node", "b42-1")]
+    assert [c for c in w.slurm.calls if c[0] == "delete_node"] == deletes
+    await w.reconcile()
+    w.node_lists.list_stored()
+    await w.reconcile()
+    assert [c for c in w.slurm.calls if c[0] == "delete_node"] == deletes
+    w.node_lists.list_begun()
+    w.node_lists.list_stored()  # begun after the deletion, and it still shows b42-0
+    await w.reconcile()
+    assert [c for c in w.slurm.calls if c[0] == "delete_node"] == deletes * 2
 
 
 async def test_a_jobset_that_may_have_pods_is_deleted_in_the_foreground() -> None:

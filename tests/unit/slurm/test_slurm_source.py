@@ -667,3 +667,16 @@ async def test_a_due_node_read_refused_beside_an_answered_one_is_left_to_the_nex
     assert src.failures == 0
     assert src.healthy
     assert src.store.get("b42-2") is None  # the next read (or list) brings it
+
+
+async def test_the_node_source_says_which_whole_list_its_store_shows() -> None:
+    """``listed`` is the number of the last whole list stored: a narrowed read does not move it, a
+    failed list does not either."""
+    clock = VirtualTime()
+    slurm = OutageNodes(clock, {"b42-0": 0.12}, down=1.5)
+    src = narrowed_source(slurm, clock, lambda s: not_stored(s, ["b42-0"], since=0.0, clock=clock))
+    assert (src.lists, src.listed) == (0, 0)
+    await run_until(src, lambda: src.store.get("b42-0") is not None)
+    assert (src.lists, src.listed) == (1, 1)  # brought by a read alone
+    await run_until(src, lambda: src.failures > 0)
+    assert src.listed == src.lists - 1  # the last list failed: the store shows the one before
