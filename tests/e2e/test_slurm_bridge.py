@@ -414,8 +414,10 @@ async def test_slurmrestd_down_for_30s_no_error_storm_and_recovery_within_one_ba
         start_slurmrestd(e2e)
     back = time.monotonic()
     assert bridge.alive(), bridge.log_tail()
-    # No storm: with backoff from 0.8 s to 8 s, each poller fails about 7 times in 30 s.
-    assert errors_during <= 40, (
+    # No storm: with backoff from 0.8 s to 8 s, each source (jobs, nodes) fails 6 or 7 times in
+    # 30 s, and a pod start may trigger a node poll; reads of due nodes back off with the node
+    # source (unchecked, they were 22-26 more). Seen: 13 on both Slurm versions.
+    assert errors_during <= 24, (
         f"{errors_during} slurmrestd errors in {back - stopped:.0f}s: {errors_by_request}"
     )
     assert log_during <= 120, f"{log_during} log lines in {back - stopped:.0f}s:\n{bridge.log_tail(80)}"
