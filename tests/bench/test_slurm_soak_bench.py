@@ -9,7 +9,8 @@ a user cancels everything (``scancel -u someone``). The throughput benchmark mea
 (5) wait in Kueue with quota for ``K8S_BRIDGE_SOAK_RUNNING`` (10) at a time, on process-runner nodes
 (real slurmd pods). After the bridge has made every JobSet and caught up (every hold turned into its
 admin hold, every job's first comment written: five comments a second, so 200 s for 1,000 jobs; the
-time is printed), the queue is topped up at every sample so that it stays that long, for
+time is printed; the queue is kept as deep meanwhile), the queue is topped up every 5 s so that it
+stays that long, for
 ``K8S_BRIDGE_SOAK_SECONDS`` (150), sampled every ``K8S_BRIDGE_SOAK_SAMPLE_SECONDS`` (15). Each
 sample prints:
 
@@ -89,6 +90,8 @@ RUNNING = env_int("K8S_BRIDGE_SOAK_RUNNING", 10)
 SOAK_SECONDS = float(os.environ.get("K8S_BRIDGE_SOAK_SECONDS", "150"))
 SAMPLE_SECONDS = float(os.environ.get("K8S_BRIDGE_SOAK_SAMPLE_SECONDS", "15"))
 JOB_SECONDS = env_int("K8S_BRIDGE_SOAK_JOB_SECONDS", 5)
+TOP_UP_SECONDS = 5.0
+"""Seconds between top-ups of the queue: as many jobs as ended are submitted, a few at a time."""
 CLEANUP_TIMEOUT = float(os.environ.get("K8S_BRIDGE_SOAK_CLEANUP_TIMEOUT", "900"))
 """Seconds the mass cancel's cleanup is waited for; what is not gone by then is reported, then fails."""
 SOAK_VERSIONS: list[SlurmVersion] = [
@@ -320,8 +323,15 @@ def test_soak_with_a_deep_queue_then_a_mass_cancel(
         pid = bridge.process.pid
         daemons = daemon_pids(soak_slurm)
         ids, submit_seconds = submit_many(soak_slurm, target, prefix="soak", script=script)
-        submitted = len(ids)
         result["submit_seconds"] = round(submit_seconds, 1)
+
+        def top_up() -> None:
+            """Submit as many jobs as ended since the last look, so the queue stays as deep."""
+            pending, running = active_jobs(soak_slurm)
+            if target - pending - running > 0:
+                more, _ = submit_many(soak_slurm, target - pending - running, prefix="soak", script=script)
+                ids.extend(more)
+
         began = time.monotonic()
         wait(lambda: jobset_count(stack) >= QUEUED, timeout=max(600.0, target * 1.0),
              what=f"{QUEUED} JobSets", interval=2.0)  # fmt: skip
@@ -330,6 +340,7 @@ def test_soak_with_a_deep_queue_then_a_mass_cancel(
         # The fill's tail: every job's hold conversion and first "why it waits" comment, written at a
         # bounded rate (five comments a second) after its JobSet. Steady state begins after it.
         def caught_up() -> bool:
+            top_up()  # jobs end meanwhile: kept as deep, a few at a time, not all at the first sample
             return all(held_by_admin and comment for held_by_admin, comment in waiting_jobs(soak_slurm))
 
         wait(caught_up, timeout=max(600.0, target * 1.0), what="every hold conversion and first comment",
@@ -340,7 +351,7 @@ def test_soak_with_a_deep_queue_then_a_mass_cancel(
             assert bridge.alive(), f"the bridge exited:\n{bridge.log_tail()}"
             return Sample.take(
                 cluster=soak_slurm, bridge_pid=pid, metrics=bridge.metrics_text() or "",
-                submitted=submitted, daemons=daemons, client=stack.client,
+                submitted=len(ids), daemons=daemons, client=stack.client,
             )  # fmt: skip
 
         rows: list[dict[str, Any]] = []
@@ -349,17 +360,14 @@ def test_soak_with_a_deep_queue_then_a_mass_cancel(
         print(f"\nsoak: {QUEUED} queued / {RUNNING} running, Slurm {soak_slurm.package_version}, "
               f"sample every {SAMPLE_SECONDS:.0f} s")  # fmt: skip
         while last.at - start.at < SOAK_SECONDS - 1e-6:
-            time.sleep(max(0.0, last.at + SAMPLE_SECONDS - time.monotonic()))
+            while (left := last.at + SAMPLE_SECONDS - time.monotonic()) > 0:
+                time.sleep(min(TOP_UP_SECONDS, left))
+                top_up()
             now = sample()
             row = interval(last, now, since=start.at)
             rows.append(row)
             print_row(row, header=len(rows) == 1)
             last = now
-            short = target - now.active  # keep the queue as deep: top it up
-            if short > 0:
-                more, _ = submit_many(soak_slurm, short, prefix="soak", script=script)
-                submitted += len(more)
-                ids += more
         result["samples"] = rows
         profile_phase(bridge, result, "steady", jobs=max(1, last.completed - start.completed))
         whole = interval(start, last, since=start.at)
