@@ -9,10 +9,9 @@ a user cancels everything (``scancel -u someone``). The throughput benchmark mea
 (5) wait in Kueue with quota for ``K8S_BRIDGE_SOAK_RUNNING`` (10) at a time, on process-runner nodes
 (real slurmd pods). After the bridge has made every JobSet and caught up (every hold turned into its
 admin hold, every job's first comment written: five comments a second, so 200 s for 1,000 jobs; the
-time is printed; the queue is kept as deep meanwhile), the queue is topped up every 5 s so that it
-stays that long, for
-``K8S_BRIDGE_SOAK_SECONDS`` (150), sampled every ``K8S_BRIDGE_SOAK_SAMPLE_SECONDS`` (15). Each
-sample prints:
+time is printed; the queue is kept as deep meanwhile), for ``K8S_BRIDGE_SOAK_SECONDS`` (150),
+sampled every ``K8S_BRIDGE_SOAK_SAMPLE_SECONDS`` (15), the queue topped up every 5 s so that it stays
+that long. Each sample prints:
 
 - completions per minute (jobs submitted minus jobs slurmctld still lists as active, from ``squeue``);
 - the bridge's CPU (utime + stime, share of one core) and RSS; slurmctld's and slurmrestd's RSS;
