@@ -616,10 +616,10 @@ class Observed:
     may show it a poll later (the conversion does not poll at once), and converting again on each
     event of the queued job would be one write to slurmctld each."""
     nodes_deleted: frozenset[str] = frozenset()
-    """Nodes of this job this process deleted since the node source's last whole list began: the
-    store may still show them, and a recorded name that never registered stays absent from it, so
-    deleting them again on each event until that list says whether they are gone would be one call
-    each (an ``scontrol delete`` subprocess on 22.05). A list that still shows one allows it again."""
+    """Nodes of this job this process deleted and not to delete again (``slurm_deletions``): shown
+    ones until a whole list begun after the deletion still shows them, recorded names the store does
+    not show for good. Deleting them on each event of a job being cleaned up would be one call each
+    (an ``scontrol delete`` subprocess on 22.05)."""
     comment_due: bool = True
     """A comment saying why the job waits in Kueue may be written now (the reconciler bounds how
     often, per job and in all)."""
@@ -1817,8 +1817,8 @@ class SlurmReconciler:
         if key in self._converted:
             observed = replace(observed, hold_converted=True)
         if self._deletions is not None and len(self._deletions):
-            names = (*(n.name for n in observed.nodes), *observed.jobset_nodes)
-            deleted = self._deletions.unlisted(names)
+            shown = {n.name for n in observed.nodes}
+            deleted = self._deletions.done_already(shown=shown, recorded=observed.jobset_nodes)
             if deleted:
                 observed = replace(observed, nodes_deleted=deleted)
         wait = self._comments.wait(key)

@@ -1,4 +1,4 @@
-"""The memory of deleted nodes: until a whole node list begun after the deletion is stored."""
+"""The memory of deleted nodes: shown ones until a list begun after says, recorded ones for good."""
 
 from __future__ import annotations
 
@@ -15,23 +15,32 @@ class Lists:
         self.listed = self.lists
 
 
-def test_a_deletion_is_remembered_until_a_list_begun_after_it_is_stored() -> None:
+def test_a_shown_node_is_done_until_a_list_begun_after_the_deletion_still_shows_it() -> None:
     lists = Lists()
     lists.whole_list()
     deletions = NodeDeletions(lists)
     deletions.deleted("b42-0")
-    assert deletions.unlisted(["b42-0", "b42-1"]) == {"b42-0"}
+    assert deletions.done_already(shown={"b42-0", "b42-1"}, recorded=()) == {"b42-0"}
     lists.lists += 1  # begun, not answered yet
-    assert deletions.unlisted(["b42-0"]) == {"b42-0"}
-    lists.listed = lists.lists
-    assert deletions.unlisted(["b42-0"]) == frozenset()
+    assert deletions.done_already(shown={"b42-0"}, recorded=()) == {"b42-0"}
+    lists.listed = lists.lists  # answered, and it still shows the node: delete it again
+    assert deletions.done_already(shown={"b42-0"}, recorded=()) == frozenset()
 
 
-def test_forgotten_deletions_are_dropped_at_the_next_deletion() -> None:
+def test_a_recorded_name_not_shown_is_deleted_once_whatever_the_lists_and_again_once_it_shows() -> None:
     lists = Lists()
     deletions = NodeDeletions(lists)
-    for i in range(100):
+    deletions.deleted("b42-1")  # recorded on the JobSet, never registered
+    for _ in range(3):
+        lists.whole_list()
+        assert deletions.done_already(shown=set(), recorded=["b42-1"]) == {"b42-1"}
+    # Its slurmd registered after all: a list begun after the deletion shows it.
+    assert deletions.done_already(shown={"b42-1"}, recorded=["b42-1"]) == frozenset()
+
+
+def test_the_oldest_deletions_are_forgotten_beyond_the_bound() -> None:
+    deletions = NodeDeletions(Lists(), remembered=3)
+    for i in range(5):
         deletions.deleted(f"b{i}-0")
-    lists.whole_list()
-    deletions.deleted("b500-0")
-    assert len(deletions) == 1
+    assert len(deletions) == 3
+    assert deletions.done_already(shown=set(), recorded=["b0-0", "b4-0"]) == {"b4-0"}
