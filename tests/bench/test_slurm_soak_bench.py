@@ -167,14 +167,16 @@ def active_jobs(cluster: SlurmCluster) -> tuple[int, int]:
     return pending, len(out) - pending
 
 
-def waiting_jobs(cluster: SlurmCluster) -> list[tuple[bool, bool]]:
-    """For each pending job of the bridge partition (``squeue``): whether it is held by the admin (its
-    user hold converted) and whether it has a comment (why it waits)."""
-    out = cluster._run(["squeue", "-h", "-p", BRIDGE_PARTITION, "-t", "PD", "-o", "%r|%k"], check=False)
-    jobs: list[tuple[bool, bool]] = []
+def waiting_jobs(cluster: SlurmCluster) -> dict[int, tuple[bool, bool]]:
+    """For each pending job of the bridge partition (``squeue``), by id: whether it is held by the
+    admin (its user hold converted) and whether it has a comment (why it waits)."""
+    out = cluster._run(["squeue", "-h", "-p", BRIDGE_PARTITION, "-t", "PD", "-o", "%i|%r|%k"], check=False)
+    jobs: dict[int, tuple[bool, bool]] = {}
     for line in out.stdout.splitlines():
-        reason, _, comment = line.partition("|")
-        jobs.append((reason.strip() != "JobHeldUser", comment.strip() not in ("", "(null)")))
+        job_id, _, rest = line.partition("|")
+        reason, _, comment = rest.partition("|")
+        if job_id.strip().isdigit():
+            jobs[int(job_id)] = (reason.strip() != "JobHeldUser", comment.strip() not in ("", "(null)"))
     return jobs
 
 
@@ -337,10 +339,15 @@ def test_soak_with_a_deep_queue_then_a_mass_cancel(
         result["jobsets_made_seconds"] = round(time.monotonic() - began, 1)
 
         # The fill's tail: every job's hold conversion and first "why it waits" comment, written at a
-        # bounded rate (five comments a second) after its JobSet. Steady state begins after it.
+        # bounded rate (five comments a second) after its JobSet. Steady state begins after it. Jobs
+        # end meanwhile and the queue is kept as deep, a few at a time; those the top-up adds are
+        # not waited for (there is always a newest one the bridge has not got to yet).
+        filled = set(ids)
+
         def caught_up() -> bool:
-            top_up()  # jobs end meanwhile: kept as deep, a few at a time, not all at the first sample
-            return all(held_by_admin and comment for held_by_admin, comment in waiting_jobs(soak_slurm))
+            waiting = waiting_jobs(soak_slurm)
+            top_up()
+            return all(admin and comment for job_id, (admin, comment) in waiting.items() if job_id in filled)
 
         wait(caught_up, timeout=max(600.0, target * 1.0), what="every hold conversion and first comment",
              interval=2.0)  # fmt: skip
