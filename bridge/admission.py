@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 __all__ = [
+    "FOREGROUND_DELETION",
     "JOBSET_API_VERSION",
     "JOBSET_CONTROLLER",
     "JOBSET_KIND",
@@ -68,6 +69,8 @@ WORKLOAD_KIND: Final = "Workload"
 JOBSET_API_VERSION: Final = "jobset.x-k8s.io/v1alpha2"
 JOBSET_KIND: Final = "JobSet"
 JOBSET_CONTROLLER: Final = "jobset.x-k8s.io/jobset-controller"
+FOREGROUND_DELETION: Final = "foregroundDeletion"
+"""The garbage collector's finalizer on an object deleted in the foreground (until its dependents go)."""
 """JobSet's own controller, the ``spec.managedBy`` that means "run here" (as does none)."""
 
 JOB_UID_LABEL: Final = "kueue.x-k8s.io/job-uid"
@@ -508,5 +511,5 @@ def describe_jobset(jobset: Mapping[str, Any]) -> JobSetView:
         reason=deciding.reason if deciding is not None else "",
         message=deciding.message if deciding is not None else "",
         managed_by=str((jobset.get("spec") or {}).get("managedBy") or ""),
-        waits_for_dependents="foregroundDeletion" in (metadata.get("finalizers") or ()),
+        waits_for_dependents=FOREGROUND_DELETION in (metadata.get("finalizers") or ()),
     )

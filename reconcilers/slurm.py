@@ -65,6 +65,7 @@ from typing import Any, ClassVar, Protocol
 import structlog
 
 from bridge.admission import (
+    FOREGROUND_DELETION,
     JOB_UID_LABEL,
     QUEUE_NAME_LABEL,
     JobSetState,
@@ -152,6 +153,7 @@ __all__ = [
     "DeleteChildJobs",
     "DeleteJobSet",
     "DeleteNodes",
+    "DeletePods",
     "DownNodes",
     "DrainNodes",
     "Hold",
@@ -310,9 +312,27 @@ class DeleteChildJobs(Action):
     """Delete the Jobs of a JobSet deleted in the foreground, in the background: their pods then go
     as orphans at once. The collector reaches a foreground deletion's Jobs only through its
     exponentially backed-off retries of the JobSet: after a mass cancel, pods that Kueue started in
-    the freed quota before the bridge deleted their JobSets ran on for minutes."""
+    the freed quota before the bridge deleted their JobSets ran on for minutes. A Job the collector
+    has reached meanwhile is itself deleted in the foreground and waits the same way for its pods;
+    deleted again in the background, the API server drops its ``foregroundDeletion`` finalizer and
+    the Job goes at once (seen on the local stack: 13 such pods still running 100 s after a mass
+    cancel)."""
 
     kind: ClassVar[str] = "delete_child_jobs"
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeletePods(Action):
+    """Delete the pods of a JobSet deleted in the foreground whose Jobs are gone or going at once.
+
+    Such pods are orphans that only the garbage collector deletes, and after a mass cancel its queue
+    holds every deleted JobSet, Job and Workload: on the local stack 11 slurmd pods of cancelled jobs
+    still ran 200 s after the cancel, and their JobSets with them. The bridge deletes them itself,
+    as the collector would: the kubelet then stops them within their grace period. Never while a
+    Job of the JobSet is not being deleted (it would make the pods again)."""
+
+    kind: ClassVar[str] = "delete_pods"
     names: tuple[str, ...]
 
 
@@ -526,16 +546,21 @@ class PodsView:
     that stops while its job lives is a lost node (slurmd exits 0 on SIGTERM, so Succeeded too)."""
     active_nodes: frozenset[str] = frozenset()
     """The Slurm node names (``b<job id>-<completion index>``) whose slurmd pod is active."""
+    undeleted: tuple[str, ...] = ()
+    """Names of the pods not being deleted (finished ones too)."""
 
     @classmethod
     def of(cls, pods: Iterable[Mapping[str, Any]]) -> PodsView:
         active = running = present = 0
         lost: list[str] = []
+        undeleted: list[str] = []
         active_nodes: set[str] = set()
         for pod in pods:
             present += 1
             metadata = pod.get("metadata") or {}
             phase = (pod.get("status") or {}).get("phase")
+            if "deletionTimestamp" not in metadata:
+                undeleted.append(str(metadata.get("name", "")))
             if "deletionTimestamp" in metadata or phase in ("Succeeded", "Failed"):
                 what = "being deleted" if "deletionTimestamp" in metadata else str(phase)
                 lost.append(f"{metadata.get('name', '?')}: {what}")
@@ -552,6 +577,7 @@ class PodsView:
             present=present,
             lost=tuple(sorted(lost)),
             active_nodes=frozenset(active_nodes),
+            undeleted=tuple(sorted(undeleted)),
         )
 
 
@@ -585,8 +611,10 @@ class Observed:
     """``status.completedIndexes`` of the JobSet's Job: slurmd pods that ended with 0 (a slurmd that
     Slurm itself stopped, or one of an older bridge, whose slurmd exited 0 on SIGTERM), which the Job
     never replaces. Kept by the Job after the pod itself is gone."""
-    live_child_jobs: tuple[str, ...] = ()
-    """Names of the JobSet's own Jobs not being deleted (the collector has not come round to them)."""
+    child_jobs_to_delete: tuple[str, ...] = ()
+    """Names of the JobSet's own Jobs that are not going at once: not being deleted (the collector
+    has not come round to them), or being deleted in the foreground (waiting on the collector to
+    delete their pods)."""
     stale_child_jobs: int = 0
     """Jobs of the job's key that no current JobSet owns: a deleted JobSet's, not collected yet. JobSet
     adopts child Jobs by the owner's name, so a JobSet made again under that name before they go
@@ -638,6 +666,12 @@ def _completed_indexes(jobs: Iterable[Mapping[str, Any]]) -> str:
     """The ``completedIndexes`` of the JobSet's Jobs (one Job: ``replicas: 1``), "" when none."""
     done = [str((j.get("status") or {}).get("completedIndexes") or "") for j in jobs]
     return ",".join(d for d in done if d)
+
+
+def _not_going_at_once(job: Mapping[str, Any]) -> bool:
+    """A Job not being deleted, or being deleted in the foreground (it waits for the collector)."""
+    meta = job["metadata"]
+    return "deletionTimestamp" not in meta or FOREGROUND_DELETION in (meta.get("finalizers") or ())
 
 
 def _owned_by(obj: Mapping[str, Any], uid: str) -> bool:
@@ -748,8 +782,10 @@ def _cleanup(
     elif js is not None and delete_jobset and js.waits_for_dependents:
         if not o.pods.present:
             actions.append(DeleteJobSet(foreground=False))  # its pods are gone: the wait is over
-        elif o.live_child_jobs:
-            actions.append(DeleteChildJobs(names=o.live_child_jobs))
+        elif o.child_jobs_to_delete:
+            actions.append(DeleteChildJobs(names=o.child_jobs_to_delete))
+        elif o.pods.undeleted:
+            actions.append(DeletePods(names=o.pods.undeleted))
     # The nodes the node source has seen, and the names recorded on the JobSet whenever one of them
     # could exist unseen (registered after the last node poll): those must not leak when the
     # finalizer goes. A node that registers after this pass is seen at the next node poll, which
@@ -1653,10 +1689,8 @@ class SlurmObserver:
             completed_indexes=_completed_indexes(child_jobs),
             failed_pods=_failed_pods(child_jobs),
             stale_child_jobs=len(all_child_jobs) - len(child_jobs),
-            live_child_jobs=tuple(
-                str(j["metadata"].get("name", ""))
-                for j in child_jobs
-                if "deletionTimestamp" not in j["metadata"]
+            child_jobs_to_delete=tuple(
+                str(j["metadata"].get("name", "")) for j in child_jobs if _not_going_at_once(j)
             ),
             bridged_jobs=self._bridged_jobs(cluster)
             if slurm is not None and slurm.limits.max_bridged_jobs
@@ -2001,6 +2035,7 @@ class SlurmReconciler:
             AddFinalizer: self._add_finalizer,
             RemoveFinalizer: self._remove_finalizer,
             DeleteChildJobs: self._delete_child_jobs,
+            DeletePods: self._delete_pods,
             DeleteJobSet: self._delete_jobset,
             DrainNodes: self._drain_nodes,
             DownNodes: self._down_nodes,
@@ -2054,6 +2089,11 @@ class SlurmReconciler:
             propagation_policy="Foreground" if action.foreground else "Background",
             missing_ok=True,
         )
+
+    async def _delete_pods(self, o: Observed, raw_js: Object | None, action: DeletePods) -> None:
+        namespace = raw_js["metadata"].get("namespace") if raw_js is not None else None
+        for name in action.names:
+            await self._client.delete("v1", "Pod", name, namespace=namespace, missing_ok=True)
 
     async def _delete_child_jobs(self, o: Observed, raw_js: Object | None, action: DeleteChildJobs) -> None:
         namespace = raw_js["metadata"].get("namespace") if raw_js is not None else None

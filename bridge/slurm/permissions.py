@@ -24,8 +24,9 @@ RULES: tuple[Rule, ...] = (
         why="the JobSets' Workloads (admission, eviction), by the job-uid label",
     ),
     Rule(
-        group="", resource="pods", verbs=frozenset({"list", "watch"}),
-        why="the slurmd pods (a node registration is due once one runs)",
+        group="", resource="pods", verbs=frozenset({"list", "watch", "delete"}),
+        why="the slurmd pods (a node registration is due once one runs); those of a JobSet deleted in "
+        "the foreground whose Jobs are gone deleted, as the garbage collector would, when it lags",
     ),
     Rule(
         group="batch", resource="jobs", verbs=frozenset({"list", "watch", "delete"}),

@@ -84,6 +84,10 @@ UNUSED_OK: dict[tuple[str, str, str], str] = {
         "once under the current chart (tests/e2e/test_slurm_waiting.py shows the position)"
     ),
     ("events.k8s.io", "events", "patch"): "a repeated Event patches its series; no Event repeats here",
+    ("", "pods", "delete"): (
+        "the pods of a JobSet deleted in the foreground whose Jobs are gone, while the garbage "
+        "collector lags (a mass cancel); the soak bench (tests/bench/test_slurm_soak_bench.py) does it"
+    ),
     ("", "services/proxy", "create"): (
         "the cancel of a RayJob deleted while still pending in Ray; tests/e2e/test_ray_bridge.py "
         "(test_a_rayjob_deleted_while_gated_is_cancelled_in_ray_and_its_jobset_goes) does it"

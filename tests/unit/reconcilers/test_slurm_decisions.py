@@ -31,6 +31,7 @@ from reconcilers.slurm import (
     DeleteChildJobs,
     DeleteJobSet,
     DeleteNodes,
+    DeletePods,
     DownNodes,
     DrainNodes,
     Hold,
@@ -1155,14 +1156,45 @@ def test_a_foreground_deletion_whose_pods_run_deletes_their_jobs_in_the_backgrou
     js = replace(jobset(state=JobSetState.ACTIVE), deleting=True, waits_for_dependents=True)
     wl = workload(WorkloadState.ADMITTED)
     pods = PodsView(active=1, present=1, running=1)
-    d = decide(observe(None, js=js, wl=wl, pods=pods, live_child_jobs=("js-slurmd-0",), has_finalizer=False))
+    d = decide(
+        observe(None, js=js, wl=wl, pods=pods, child_jobs_to_delete=("js-slurmd-0",), has_finalizer=False)
+    )
     assert DeleteChildJobs(names=("js-slurmd-0",)) in d.actions
     none_left = decide(observe(None, js=js, wl=wl, pods=pods, has_finalizer=False))
     assert not any(isinstance(a, DeleteChildJobs) for a in none_left.actions)
     not_foreground = replace(js, waits_for_dependents=False)
-    d = decide(observe(None, js=not_foreground, wl=wl, pods=pods, live_child_jobs=("js-slurmd-0",),
+    d = decide(observe(None, js=not_foreground, wl=wl, pods=pods, child_jobs_to_delete=("js-slurmd-0",),
                        has_finalizer=False))  # fmt: skip
     assert not any(isinstance(a, DeleteChildJobs) for a in d.actions)
+
+
+def test_orphaned_pods_of_a_foreground_deletion_are_deleted_once_no_job_of_it_is_left_to_remake_them() -> (
+    None
+):
+    js = replace(jobset(state=JobSetState.ACTIVE), deleting=True, waits_for_dependents=True)
+    wl = workload(WorkloadState.ADMITTED)
+    pods = PodsView(active=1, present=2, running=1, undeleted=("js-0",))
+    d = decide(observe(None, js=js, wl=wl, pods=pods, has_finalizer=False))
+    assert DeletePods(names=("js-0",)) in d.actions
+    with_job = decide(observe(None, js=js, wl=wl, pods=pods, child_jobs_to_delete=("js-slurmd-0",),
+                              has_finalizer=False))  # fmt: skip
+    assert not any(isinstance(a, DeletePods) for a in with_job.actions)
+    going = decide(observe(None, js=js, wl=wl, pods=replace(pods, undeleted=()), has_finalizer=False))
+    assert not any(isinstance(a, DeletePods) for a in going.actions)
+    background = replace(js, waits_for_dependents=False)
+    d = decide(observe(None, js=background, wl=wl, pods=pods, has_finalizer=False))
+    assert not any(isinstance(a, DeletePods) for a in d.actions)
+
+
+def test_pods_view_names_the_pods_not_being_deleted() -> None:
+    def pod(name: str, *, deleting: bool = False, phase: str = "Running") -> dict[str, object]:
+        meta: dict[str, object] = {"name": name}
+        if deleting:
+            meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        return {"metadata": meta, "status": {"phase": phase}}
+
+    view = PodsView.of([pod("b"), pod("a", phase="Failed"), pod("c", deleting=True)])
+    assert view.undeleted == ("a", "b")
 
 
 # --- nodes deleted already are not deleted again before the node source has listed since ----------

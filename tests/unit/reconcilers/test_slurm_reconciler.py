@@ -1071,6 +1071,38 @@ async def test_a_foreground_deletion_with_running_pods_deletes_their_jobs_in_the
     assert ("delete", "JobSet", "slurm-hpc-42", "Background") in w.kube.calls
 
 
+@pytest.mark.parametrize(
+    ("finalizers", "deleted_again"),
+    [(["foregroundDeletion"], True), ([], False)],
+    ids=["waiting on the collector for its pods", "going at once"],
+)
+async def test_a_child_job_deleted_in_the_foreground_is_deleted_again_in_the_background(
+    finalizers: list[str], deleted_again: bool
+) -> None:
+    """The collector reached the JobSet's Job and deleted it in the foreground too, so the Job waits
+    on the collector's retries for its pods: deleted again in the background, it goes at once. A Job
+    being deleted otherwise is left alone."""
+    w = World()  # the job is gone from slurmctld
+    w.add_jobset(jobset_object(deleting=True, suspended=False, finalizers=["foregroundDeletion"]))
+    w.workloads.put(workload_object(admitted=True))
+    job = child_job(owner_uid="js-uid", failed=0)
+    job["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z", finalizers=finalizers)
+    w.child_jobs.put(job)
+    labels = job["metadata"]["labels"]
+    meta = {"name": "slurm-hpc-42-0", "namespace": "default", "labels": dict(labels)}
+    w.pods.put({"apiVersion": "v1", "kind": "Pod", "status": {"phase": "Running"}, "metadata": meta})
+    await w.reconcile()
+    delete = ("delete", "Job", "slurm-hpc-42-slurmd-js-uid", "Background")
+    assert (delete in w.kube.calls) is deleted_again
+    # Its pod is an orphan the collector deletes in its own time: deleted by the bridge once no Job
+    # of the JobSet is left to make it again.
+    assert (("delete", "Pod", "slurm-hpc-42-0", None) in w.kube.calls) is not deleted_again
+    if deleted_again:
+        w.child_jobs.pop(w.child_jobs.key_of(job))
+        await w.reconcile()
+        assert ("delete", "Pod", "slurm-hpc-42-0", None) in w.kube.calls
+
+
 def test_a_job_that_did_not_change_is_not_translated_again() -> None:
     """The job source hands out the same SlurmJob while slurmctld reports the job unchanged: a queued
     job looked at again keeps its translation; a changed job or configuration is translated anew."""
