@@ -1850,7 +1850,7 @@ class SlurmReconciler:
             self._converted.discard(key)
         if key in self._converted:
             observed = replace(observed, hold_converted=True)
-        if self._deletions is not None and len(self._deletions):
+        if self._deletions is not None:
             shown = {n.name for n in observed.nodes}
             deleted = self._deletions.done_already(shown=shown, recorded=observed.jobset_nodes)
             if deleted:

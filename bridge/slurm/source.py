@@ -93,6 +93,13 @@ def source_backoff(interval: float) -> BackoffSettings:
     return BackoffSettings(initial=0.8, maximum=max(8.0, 4.0 * interval))
 
 
+def _raise_if_none_answered(unanswered: list[SlurmError], *, asked: int) -> None:
+    """A round of single reads none of which got an answer (slurmrestd down) fails the poll as a
+    failed list does: the source backs off, and its next poll is a whole list."""
+    if unanswered and len(unanswered) == asked:
+        raise unanswered[0]
+
+
 def job_key(cluster: str, job_id: int) -> str:
     """``<cluster>/<job id>``: the store key and, split at ``/``, the reconciler's request."""
     return f"{cluster}/{job_id}"
@@ -275,8 +282,7 @@ class SlurmJobSource(_RecoveringSource):
                 self._read[job_id] = job
                 self._by_id = None
                 read = True
-        if unanswered and len(unanswered) == len(due):
-            raise unanswered[0]
+        _raise_if_none_answered(unanswered, asked=len(due))
         return self._filtered(current) if read else NOT_MODIFIED
 
     def _filtered(self, current: _Filter) -> list[Object] | NotModified:
@@ -509,9 +515,7 @@ class SlurmNodeSource(_RecoveringSource):
         async with asyncio.TaskGroup() as tg:
             reads = [tg.create_task(self._read_one(name)) for name in names]
         answers = [read.result() for read in reads]
-        unanswered = [a for a in answers if isinstance(a, SlurmError)]
-        if unanswered and len(unanswered) == len(answers):
-            raise unanswered[0]
+        _raise_if_none_answered([a for a in answers if isinstance(a, SlurmError)], asked=len(answers))
         objects = self._objects
         changed = False
         for node in answers:
