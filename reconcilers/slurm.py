@@ -893,13 +893,15 @@ def _queue_text(wl: WorkloadView | None, place: str | None = None) -> str | None
     return _one_line(f"{COMMENT_PREFIX}queued in Kueue{where}: {wl.reason or 'Pending'}: {message}")
 
 
-def _look_again_while_queued(o: Observed, *, told: bool) -> float | None:
+def _look_again_while_queued(o: Observed, job: SlurmJob, *, told: bool) -> float | None:
     """When to look again at a job waiting in Kueue: once its place is read, if it is being read;
-    once its comment may be written, if one is due; else on the next change (its place moving is one:
-    the place source delivers it)."""
+    once its comment may be written, if a comment it does not show yet is held back by the budget;
+    else on the next change (its place moving is one: the place source delivers it). A job whose
+    comment already says it is not looked at again on a timer."""
     if o.queue_place_pending:
         return WAIT_FOR_PLACE
-    if not told and _queue_text(o.workload, o.queue_place) is not None and not o.comment_due:
+    text = _queue_text(o.workload, o.queue_place)
+    if not told and text is not None and not o.comment_due and _polite_comment(job, text):
         return o.comment_retry
     return None
 
@@ -1302,7 +1304,7 @@ def _decide_bridged(o: Observed, job: SlurmJob) -> Decision:
         return Decision(
             actions=(*pre, *convert, *told),
             phase=Phase.QUEUED,
-            requeue_after=_look_again_while_queued(o, told=bool(told)),
+            requeue_after=_look_again_while_queued(o, job, told=bool(told)),
             why=f"waiting for Kueue (Workload {state})",
         )
     if wl.state in (WorkloadState.EVICTED, WorkloadState.PREEMPTED):

@@ -410,6 +410,22 @@ def test_the_queued_comment_is_written_at_a_bounded_rate_and_never_over_a_users(
     assert decide(observe(job(comment="mine"), js=jobset(), wl=wl)).actions == ()
 
 
+def test_a_queued_job_whose_comment_already_says_it_is_not_looked_at_again_on_a_timer() -> None:
+    wl = pending("insufficient unused quota for cpu in flavor default, 1 more needed")
+    (written,) = decide(observe(job(), js=jobset(), wl=wl)).actions
+    assert isinstance(written, WriteComment)
+    # Written a moment ago (the budget holds this job's next comment back) and shown by Slurm: the
+    # next event of the job has nothing to write, so nothing to come back for.
+    shown = decide(
+        observe(job(comment=written.text), js=jobset(), wl=wl, comment_due=False, comment_retry=60.0)
+    )
+    assert shown.actions == ()
+    assert shown.requeue_after is None
+    # The user's own comment is never overwritten, so it is not waited on either.
+    theirs = decide(observe(job(comment="mine"), js=jobset(), wl=wl, comment_due=False, comment_retry=60.0))
+    assert theirs.requeue_after is None
+
+
 def test_the_comment_budget_bounds_each_job_and_all_of_them() -> None:
     now = [0.0]
     budget = CommentBudget(per_job=60, rate=2, burst=2, clock=lambda: now[0])
