@@ -1724,9 +1724,10 @@ class SlurmObserver:
         return translation
 
     def _bridged_jobs(self, cluster: str) -> int:
-        """JobSets of this Slurm cluster (the informer may hold other clusters' too): counted again only
-        when the JobSet store changed, not at every reconcile (a count over every JobSet)."""
-        at = (self.jobsets.generation, cluster)
+        """Jobs of this Slurm cluster that have a JobSet (the informer may hold other clusters' too):
+        counted again only when a job gained its first JobSet or lost its last, not at every reconcile
+        or JobSet update (a count over every JobSet)."""
+        at = (self.jobsets.values_generation(INDEX_JOB), cluster)
         if self._bridged_count is None or self._bridged_count[0] != at:
             count = sum(1 for key in self.jobsets.index_values(INDEX_JOB) if key.startswith(f"{cluster}/"))
             self._bridged_count = (at, count)
@@ -2178,6 +2179,11 @@ class SlurmReconciler:
                 admin_comment="" if action.clear_admin_comment else None,
                 released=released,
             )
+        except (InvalidJobId, JobAlreadyDone):
+            # Cancelled as it was released (a mass cancel): before the update, or before the admin
+            # comment clear that follows it on v0.0.38. Expected; the next poll shows the end, which
+            # cleans up.
+            log.info("job ended as it was released", job_id=o.job_id)
         except (InvalidNodeName, InvalidFeature) as exc:
             # The node source saw nodes slurmctld has just lost: look again soon.
             raise SlurmAPIError(f"pinning job {o.job_id}: {exc}") from exc

@@ -114,7 +114,7 @@ def compact(obj: Object) -> Object:
 class Store:
     """Objects by key plus named indexes; mutated only by the source that owns it."""
 
-    __slots__ = ("_indexers", "_indices", "_items", "generation", "key_func", "transform")
+    __slots__ = ("_indexers", "_indices", "_items", "_values_changed", "generation", "key_func", "transform")
 
     def __init__(
         self,
@@ -130,6 +130,7 @@ class Store:
         """Incremented by every change: what a count over the store is cached against."""
         self._indexers: dict[str, IndexFunc] = {}
         self._indices: dict[str, dict[str, set[str]]] = {}
+        self._values_changed: dict[str, int] = {}
         for name, func in (indexers or {}).items():
             self.add_indexer(name, func)
 
@@ -169,6 +170,12 @@ class Store:
     def index_values(self, index: str) -> builtins.list[str]:
         return [v for v, keys in self._indices[index].items() if keys]
 
+    def values_generation(self, index: str) -> int:
+        """Incremented whenever :meth:`index_values` of ``index`` changes (a value gains its first
+        object or loses its last), and only then: what a view of the values is cached against, where
+        ``generation`` would change with every update of every object."""
+        return self._values_changed[index]
+
     @property
     def indexer_names(self) -> frozenset[str]:
         return frozenset(self._indexers)
@@ -180,6 +187,7 @@ class Store:
         self._indexers[name] = func
         index: dict[str, set[str]] = {}
         self._indices[name] = index
+        self._values_changed[name] = 0
         for key, obj in self._items.items():
             for value in func(obj):
                 index.setdefault(value, set()).add(key)
@@ -252,8 +260,14 @@ class Store:
                     keys.discard(key)
                     if not keys:
                         del index[value]
+                        self._values_changed[name] += 1
             for value in after:
-                index.setdefault(value, set()).add(key)
+                keys = index.get(value)
+                if keys is None:
+                    index[value] = {key}
+                    self._values_changed[name] += 1
+                else:
+                    keys.add(key)
 
 
 def interned_count() -> int:

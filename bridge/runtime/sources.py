@@ -3,7 +3,9 @@
 slurmrestd has no watch; it answers "what are the jobs now" (and "nothing changed since
 ``update_time``"). :class:`PolledSource` turns such a list into the events an informer delivers: each
 poll result is diffed by key against the store, deletes first, then adds and updates (only for
-objects that changed). A reconciler watching it cannot tell it from an informer.
+objects that changed). A reconciler watching it cannot tell it from an informer. A poll that read a
+few objects alone (the jobs the bridge has just written) returns them as :class:`Changed`: only
+those are compared and stored, so such a poll costs what it read, not the size of the store.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from bridge.runtime.cache import IndexFunc, KeyFunc, Store, Transform
 from bridge.runtime.handlers import Object
 from bridge.runtime.informer import Dispatcher
 
-__all__ = ["NOT_MODIFIED", "NotModified", "PolledSource"]
+__all__ = ["NOT_MODIFIED", "Changed", "NotModified", "PolledSource"]
 
 log = structlog.get_logger(__name__)
 
@@ -36,7 +38,22 @@ class NotModified:
 
 NOT_MODIFIED: Final = NotModified()
 
-Poll = Callable[[], Awaitable[list[Object] | NotModified]]
+
+class Changed:
+    """Returned by ``poll`` when only ``objects`` may have changed (added or updated) and every other
+    stored object stands: they alone are compared and stored. Never a deletion: a poll that saw an
+    object go returns the complete list."""
+
+    __slots__ = ("objects",)
+
+    def __init__(self, objects: list[Object]) -> None:
+        self.objects = objects
+
+    def __repr__(self) -> str:
+        return f"Changed({len(self.objects)} objects)"
+
+
+Poll = Callable[[], Awaitable[list[Object] | NotModified | Changed]]
 
 
 class PolledSource(Dispatcher):
@@ -72,11 +89,21 @@ class PolledSource(Dispatcher):
         """One poll and diff; errors propagate (``run`` backs off on them)."""
         self.polls += 1
         result = await self._poll()
-        if isinstance(result, NotModified):
-            if not self.has_synced():
-                raise RuntimeError(f"{self.name}: poll() said NotModified before any list")
+        if isinstance(result, list):
+            self.apply(result)
             return
-        self.apply(result)
+        if not self.has_synced():
+            raise RuntimeError(f"{self.name}: poll() said {result!r} before any list")
+        if isinstance(result, Changed):
+            self.apply_changed(result.objects)
+
+    def apply_changed(self, objects: list[Object]) -> None:
+        """Store ``objects`` (the current state of their keys; the others stand) and deliver the adds
+        and updates among them."""
+        store = self.store
+        for obj in objects:
+            old, new = store.put(obj)
+            self._deliver(old, new, initial=False)
 
     def apply(self, objects: list[Object]) -> None:
         """Diff ``objects`` (the complete current list) against the store and deliver the changes."""
@@ -88,13 +115,17 @@ class PolledSource(Dispatcher):
             for handler in handlers:
                 self._call(handler.on_delete, obj)
         for old, new in changes:
-            if old is None:
-                for handler in handlers:
-                    self._call(handler.on_add, new, is_initial_list=initial)
-            elif old is not new and old != new:
-                for handler in handlers:
-                    self._call(handler.on_update, old, new)
+            self._deliver(old, new, initial=initial)
         self._synced.set()
+
+    def _deliver(self, old: Object | None, new: Object, *, initial: bool) -> None:
+        """An add, or an update when ``new`` differs from ``old``; nothing for an equal object."""
+        if old is None:
+            for handler in self._handlers:
+                self._call(handler.on_add, new, is_initial_list=initial)
+        elif old is not new and old != new:
+            for handler in self._handlers:
+                self._call(handler.on_update, old, new)
 
     async def run(self) -> None:
         """Poll until cancelled; a failing poll backs off (0.8 s doubling to 30 s by default)."""

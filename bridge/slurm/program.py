@@ -359,13 +359,19 @@ class SlurmBridge(BridgeProgram):
     ) -> tuple[SlurmJobSource, SlurmNodeSource]:
         """The job source (bridged partitions, and jobs that have a JobSet) and the node source."""
 
-        def bridged() -> list[int]:
-            prefix = config.cluster() + "/"
-            return [
-                int(key[len(prefix) :])
-                for key in kube.jobsets.store.index_values(INDEX_JOB)
-                if key.startswith(prefix)
-            ]
+        made: list[tuple[tuple[int, str], frozenset[int]]] = []
+
+        def bridged() -> frozenset[int]:
+            """Ids of this cluster's jobs that have a JobSet: asked at every poll, made again only when
+            that set changed (not at every JobSet update, nor at every poll of a deep queue)."""
+            store, prefix = kube.jobsets.store, config.cluster() + "/"
+            at = (store.values_generation(INDEX_JOB), prefix)
+            if not made or made[0][0] != at:
+                ids = frozenset(
+                    int(key[len(prefix) :]) for key in store.index_values(INDEX_JOB) if key.startswith(prefix)
+                )
+                made[:] = [(at, ids)]
+            return made[0][1]
 
         slurm_spec = config.slurm()
         jobs = SlurmJobSource(

@@ -47,7 +47,7 @@ from bridge.api.slurm_node import SlurmNode
 from bridge.runtime.backoff import BackoffSettings
 from bridge.runtime.cache import IndexFunc, meta_namespace_key
 from bridge.runtime.handlers import Object
-from bridge.runtime.sources import NOT_MODIFIED, NotModified, PolledSource
+from bridge.runtime.sources import NOT_MODIFIED, Changed, NotModified, PolledSource
 from bridge.slurmrest.errors import InvalidJobId, InvalidNodeName, SlurmAPIError, SlurmError
 from bridge.slurmrest.errors import NotModified as SlurmNotModified
 from bridge.slurmrest.versions import JobsPage, NodesPage
@@ -235,7 +235,7 @@ class SlurmJobSource(_RecoveringSource):
     def _list_due(self) -> bool:
         return self._listed_at is None or self._clock() - self._listed_at >= self.interval - _EPSILON
 
-    async def _list(self) -> list[Object] | NotModified:
+    async def _list(self) -> list[Object] | NotModified | Changed:
         if not self._cluster():  # no configuration yet: no REST call
             self._filter = None
             self._due.clear()
@@ -258,12 +258,12 @@ class SlurmJobSource(_RecoveringSource):
             return NOT_MODIFIED
         return self._filtered(current)
 
-    async def _read_due(self, current: _Filter) -> list[Object] | NotModified:
+    async def _read_due(self, current: _Filter) -> list[Object] | NotModified | Changed:
         """Read each job written since the last poll alone; the store changes only for those.
 
         When no read got an answer (slurmrestd down), the poll fails as a failed list does."""
         due, self._due = sorted(self._due), set()
-        read = False
+        read: list[SlurmJob] = []
         unanswered: list[SlurmError] = []
         for job_id in due:
             self.reads += 1
@@ -281,9 +281,33 @@ class SlurmJobSource(_RecoveringSource):
             if job.job_id == job_id:
                 self._read[job_id] = job
                 self._by_id = None
-                read = True
+                read.append(job)
         _raise_if_none_answered(unanswered, asked=len(due))
-        return self._filtered(current) if read else NOT_MODIFIED
+        return self._read_alone(current, read) if read else NOT_MODIFIED
+
+    def _read_alone(self, current: _Filter, jobs: list[SlurmJob]) -> list[Object] | NotModified | Changed:
+        """The store objects of ``jobs``, read alone under the last list's filter (``current`` is it),
+        as a :class:`Changed`: the other jobs stand, so a read costs what it read, not the queue's
+        length. A job the filter now leaves out that the store shows (moved out of the bridged
+        partitions) is a deletion: the whole list is filtered again for it. A job the last list did
+        not have is left to the next list."""
+        cluster, partitions, bridged = current
+        objects, dropped = self._objects, self._dropped
+        changed: list[Object] = []
+        for job in jobs:
+            job_id = job.job_id
+            if job_id not in objects and job_id not in dropped:
+                continue
+            if not (job_id in bridged or any(p in partitions for p in job.partitions)):
+                if job_id in objects:
+                    return self._filtered(current)
+                dropped[job_id] = job
+                continue
+            dropped.pop(job_id, None)
+            obj = job_object(cluster, job)
+            objects[job_id] = obj
+            changed.append(obj)
+        return Changed(changed) if changed else NOT_MODIFIED
 
     def _filtered(self, current: _Filter) -> list[Object] | NotModified:
         """The jobs ``current`` keeps, as store objects; NOT_MODIFIED when they are the stored ones.
@@ -476,7 +500,7 @@ class SlurmNodeSource(_RecoveringSource):
             if delay - slept > _EPSILON and self._early_after(slept):
                 return
 
-    async def _list(self) -> list[Object] | NotModified:
+    async def _list(self) -> list[Object] | NotModified | Changed:
         if not self._enabled():  # no configuration yet: no REST call
             self._update_time = None
             self._listed_at = None
@@ -506,7 +530,7 @@ class SlurmNodeSource(_RecoveringSource):
         self.listed = number
         return list(self._objects.values())
 
-    async def _read_alone(self, names: Collection[str]) -> list[Object] | NotModified:
+    async def _read_alone(self, names: Collection[str]) -> NotModified | Changed:
         """Read each of ``names`` alone, at once; the store changes only for nodes read anew.
 
         When no read got an answer (slurmrestd down, or refusing the token), the poll fails as a
@@ -517,20 +541,15 @@ class SlurmNodeSource(_RecoveringSource):
         answers = [read.result() for read in reads]
         _raise_if_none_answered([a for a in answers if isinstance(a, SlurmError)], asked=len(answers))
         objects = self._objects
-        changed = False
+        changed: list[Object] = []
         for node in answers:
             if node is None or isinstance(node, SlurmError) or not self._keep(node):
                 continue
             before = objects.get(node.name)
             if before is None or node_of(before) != node:
-                if not changed:
-                    objects = dict(objects)
-                    changed = True
-                objects[node.name] = node_object(node)
-        if not changed:
-            return NOT_MODIFIED
-        self._objects = objects
-        return list(objects.values())
+                objects[node.name] = obj = node_object(node)
+                changed.append(obj)
+        return Changed(changed) if changed else NOT_MODIFIED
 
     async def _read_one(self, name: str) -> SlurmNode | SlurmError | None:
         """The node; None when it is not registered yet or slurmctld refused the read (an answer

@@ -32,6 +32,7 @@ from bridge.slurmrest.errors import (
     ErrorEntry,
     InvalidJobId,
     InvalidNodeName,
+    JobAlreadyDone,
     SlurmAPIError,
     SlurmUnavailable,
     api_error,
@@ -107,6 +108,7 @@ class FakeSlurm:
         self.hold_error: Exception | None = None
         self.comment_error: Exception | None = None
         self.delete_error: Exception | None = None
+        self.release_error: Exception | None = None
         self.before_hold: Callable[[], Awaitable[None]] | None = None
         self.unpinned: list[tuple[int, tuple[str, ...]]] = []
         self.admin_comments: list[tuple[int, str]] = []
@@ -170,6 +172,8 @@ class FakeSlurm:
         self.calls.append(("pin", job_id, tuple(nodes), constraints, begin_time))
         if released is not None:
             await released()
+        if self.release_error is not None:
+            raise self.release_error
 
     async def drain_node(self, name: str, *, reason: str) -> None:
         self.calls.append(("drain", name))
@@ -641,6 +645,20 @@ async def test_a_job_cancelled_before_its_hold_conversion_is_no_warning() -> Non
     assert any(e["event"] == "job ended before it could be held" for e in logs)
 
 
+async def test_a_job_cancelled_as_it_is_released_is_no_error() -> None:
+    """A mass cancel that meets a release: 22.05 refuses the admin comment clear that follows the
+    update (by scontrol: "Job has already finished"). Expected: logged at info, not a reconcile error."""
+    w = World(held())
+    await w.reconcile()  # queued
+    w.admit_with_idle_nodes(jobset_object())
+    w.slurm.release_error = JobAlreadyDone("Job has already finished", error_number=2084, source="scontrol")
+    with capture_logs() as logs:
+        await w.reconcile()
+    assert w.slurm.calls[-1][:2] == ("pin", 42)
+    assert not [e for e in logs if e["log_level"] in ("warning", "error")], logs
+    assert any(e["event"] == "job ended as it was released" for e in logs)
+
+
 async def test_a_job_cancelled_before_its_comment_is_no_error_and_no_event() -> None:
     events: list[str] = []
 
@@ -998,10 +1016,11 @@ async def test_max_bridged_jobs_counts_only_this_clusters_jobsets() -> None:
     assert w.kube.calls == []  # the limit is reached for hpc
 
 
-async def test_the_bridged_jobs_are_counted_again_only_when_the_jobsets_changed(
+async def test_the_bridged_jobs_are_counted_again_only_when_a_job_gains_or_loses_its_jobset(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A count over every JobSet at each reconcile made a deep queue cost in proportion to its square."""
+    """A count over every JobSet at each reconcile made a deep queue cost in proportion to its square;
+    counted again at every JobSet update (each status change of each JobSet), still in proportion."""
     one = WorkloadMixingSpec.model_validate({"slurm": slurm_spec(limits={"maxBridgedJobs": 5})})
     w = World(held(), spec=one)
     w.add_jobset(jobset_object())
@@ -1017,9 +1036,15 @@ async def test_the_bridged_jobs_are_counted_again_only_when_the_jobsets_changed(
     await w.reconcile()
     await w.reconcile()
     assert counts == 1
-    w.jobsets.put(jobset_object(suspended=False))
+    w.jobsets.put(jobset_object(suspended=False))  # an update of a JobSet the count knows
+    await w.reconcile()
+    assert counts == 1
+    other = translate(held(job_id=43), SPEC)
+    assert isinstance(other, Translation)
+    w.jobsets.put(copy.deepcopy(dict(other.manifest)))  # another job's JobSet
     await w.reconcile()
     assert counts == 2
+    assert w.reconciler.observer._bridged_jobs("hpc") == 2
 
 
 async def test_the_hold_is_converted_once_though_the_source_shows_it_a_poll_later() -> None:

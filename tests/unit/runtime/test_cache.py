@@ -85,6 +85,37 @@ def test_indexer_added_later_covers_existing_objects() -> None:
         store.add_indexer("node", by_node)
 
 
+def test_values_generation_moves_only_when_an_index_gains_or_loses_a_value() -> None:
+    store = Store(indexers={"node": by_node})
+    seen = [store.values_generation("node")]
+
+    def moved() -> bool:
+        now = store.values_generation("node")
+        changed = now != seen[-1]
+        seen.append(now)
+        return changed
+
+    store.put(pod("a", "n1"))
+    assert moved()  # n1 appears
+    store.put(pod("b", "n1"))
+    assert not moved()  # a second object of n1
+    store.put(pod("b", "n1", labels={"x": "y"}))
+    assert not moved()  # an update that keeps its value
+    store.put(pod("c", None))
+    assert not moved()  # no value at all
+    store.put(pod("b", "n2"))
+    assert moved()  # n2 appears
+    store.pop("default/a")
+    assert moved()  # n1's last object went
+    store.replace([pod("b", "n2"), pod("d", "n2")])
+    assert not moved()
+    store.replace([pod("d", "n2")])
+    assert not moved()
+    store.replace([])
+    assert moved()
+    assert store.index_values("node") == []
+
+
 def test_multi_valued_index() -> None:
     store = Store(indexers={"label": lambda o: [f"{k}={v}" for k, v in o["metadata"]["labels"].items()]})
     store.put(pod("a", None, labels={"app": "x", "tier": "web"}))

@@ -6,8 +6,10 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from bridge.runtime.handlers import Object
-from bridge.runtime.sources import NOT_MODIFIED, NotModified, PolledSource
+from bridge.runtime.sources import NOT_MODIFIED, Changed, NotModified, PolledSource
 
 
 class Recorder:
@@ -38,10 +40,10 @@ async def eventually(predicate: Callable[[], bool], *, timeout: float = 5.0) -> 
             await asyncio.sleep(0.005)
 
 
-def source(results: list[list[Object] | NotModified | Exception], **kwargs: Any) -> PolledSource:
+def source(results: list[list[Object] | NotModified | Changed | Exception], **kwargs: Any) -> PolledSource:
     pending = list(results)
 
-    async def poll() -> list[Object] | NotModified:
+    async def poll() -> list[Object] | NotModified | Changed:
         item = pending.pop(0) if pending else NOT_MODIFIED
         if isinstance(item, Exception):
             raise item
@@ -130,3 +132,27 @@ async def test_the_wait_after_a_poll_is_the_subclass_delay() -> None:
         await eventually(lambda: bool(delays))
         task.cancel()
     assert delays == [12.5]
+
+
+async def test_a_changed_poll_compares_and_stores_only_its_objects() -> None:
+    """``Changed``: the objects a poll read alone are stored and delivered (an add, an update, nothing
+    for one equal to the stored one); every other stored object stands, none is deleted."""
+    src = source([
+        [job(1, "PENDING"), job(2, "PENDING"), job(3, "PENDING")],
+        Changed([job(2, "RUNNING"), job(3, "PENDING"), job(4, "PENDING")]),
+    ])  # fmt: skip
+    rec = Recorder()
+    src.add_handler(rec)
+    await src.poll_once()
+    kept = src.store.get("1")
+    rec.events.clear()
+    await src.poll_once()
+    assert rec.events == [("update", 2, "PENDING", "RUNNING"), ("add", 4, False)]
+    assert src.store.get("1") is kept
+    assert sorted(src.store.keys()) == ["1", "2", "3", "4"]
+
+
+async def test_a_changed_poll_before_any_list_is_an_error() -> None:
+    src = source([Changed([job(1, "PENDING")])])
+    with pytest.raises(RuntimeError, match="before any list"):
+        await src.poll_once()

@@ -13,7 +13,7 @@ from bridge.api.slurm_job import JobState, SlurmJob
 from bridge.api.slurm_node import NodeState, SlurmNode
 from bridge.runtime.controller import Request
 from bridge.runtime.handlers import Object
-from bridge.runtime.sources import NotModified
+from bridge.runtime.sources import Changed, NotModified
 from bridge.slurm.source import SlurmJobSource, SlurmNodeSource, job_of, node_of, source_backoff
 from bridge.slurmrest.errors import InvalidJobId, InvalidNodeName, SlurmAPIError, SlurmUnavailable
 from bridge.slurmrest.errors import NotModified as SlurmNotModified
@@ -192,6 +192,42 @@ async def test_a_written_job_is_read_alone_and_the_whole_list_waits_for_its_inte
     assert slurm.calls[3:] == ["poll_jobs"]
     assert src.job(2) == sjob(2, comment="listed")  # the list replaces what the reads brought
     assert (src.lists, src.reads) == (2, 2)
+
+
+async def test_a_read_after_a_write_touches_that_job_alone_however_deep_the_queue() -> None:
+    """The poll that reads written jobs hands back those jobs only (``Changed``): nothing else of a
+    deep queue is filtered, keyed or compared again, so a write costs what it read."""
+    clock = Clock()
+    queue = [sjob(i) for i in range(1, 1001)]
+    slurm = FakeSlurm([page(*queue)])
+    src = job_source(slurm, interval=1.0, clock=clock)
+    await src.poll_once()
+    before = {key: src.store.get(key) for key in list(src.store.keys())}
+    slurm.current = {500: sjob(500, comment="written")}
+    src.refresh(500)
+    result = await src._list()
+    assert isinstance(result, Changed)
+    assert [job_of(obj) for obj in result.objects] == [sjob(500, comment="written")]
+    src.apply_changed(result.objects)
+    assert src.job(500) == sjob(500, comment="written")
+    assert all(src.store.get(key) is obj for key, obj in before.items() if key != "hpc/500")
+
+
+async def test_a_written_job_that_left_the_bridged_partitions_is_deleted_by_its_read() -> None:
+    clock = Clock()
+    slurm = FakeSlurm([page(sjob(1), sjob(2), sjob(3, partition="other"))])
+    src = job_source(slurm, interval=1.0, clock=clock)
+    rec = Recorder()
+    src.add_handler(rec)
+    await src.poll_once()
+    rec.events.clear()
+    slurm.current = {2: sjob(2, partition="other"), 3: sjob(3, partition="bridge")}
+    src.refresh(2)
+    src.refresh(3)
+    await src.poll_once()
+    assert sorted(rec.events) == [("add", "hpc/3"), ("delete", "hpc/2")]
+    assert src.job(2) is None
+    assert src.job(3) == sjob(3, partition="bridge")
 
 
 async def test_a_written_job_gone_from_slurmctld_is_left_to_the_next_list() -> None:
