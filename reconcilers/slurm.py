@@ -900,10 +900,10 @@ def _look_again_while_queued(o: Observed, job: SlurmJob, *, told: bool) -> float
     comment already says it is not looked at again on a timer."""
     if o.queue_place_pending:
         return WAIT_FOR_PLACE
+    if told or o.comment_due:
+        return None
     text = _queue_text(o.workload, o.queue_place)
-    if not told and text is not None and not o.comment_due and _polite_comment(job, text):
-        return o.comment_retry
-    return None
+    return o.comment_retry if text is not None and _polite_comment(job, text) else None
 
 
 def never_admissible(wl: WorkloadView) -> bool:
@@ -1579,6 +1579,25 @@ class CommentBudget:
         self._waiting.pop(key, None)
 
 
+class JobsWithJobSets:
+    """The ids of a Slurm cluster's jobs that have a JobSet, from the JobSet index (the informer may
+    hold other clusters' too): made again only when a job gains its first JobSet or loses its last
+    (``Store.values_generation``), not at every JobSet update nor at every look. The job source
+    filters by it at every poll; ``maxBridgedJobs`` counts it at every reconcile."""
+
+    def __init__(self, jobsets: Store) -> None:
+        self._jobsets = jobsets
+        self._made: tuple[tuple[int, str], frozenset[int]] | None = None
+
+    def ids(self, cluster: str) -> frozenset[int]:
+        at = (self._jobsets.values_generation(INDEX_JOB), cluster)
+        if self._made is None or self._made[0] != at:
+            prefix = f"{cluster}/"
+            keys = self._jobsets.index_values(INDEX_JOB)
+            self._made = (at, frozenset(int(k[len(prefix) :]) for k in keys if k.startswith(prefix)))
+        return self._made[1]
+
+
 _Made = tuple[SlurmJob, WorkloadMixingSpec, "Translation | Untranslatable"]
 """A kept translation: the job and configuration it was made from, and what it gave."""
 
@@ -1605,7 +1624,7 @@ class SlurmObserver:
         self.pods = pods
         self.nodes = nodes
         self.child_jobs = child_jobs if child_jobs is not None else Store(indexers={INDEX_JOB: pod_job_keys})
-        self._bridged_count: tuple[tuple[int, str], int] | None = None
+        self._with_jobsets = JobsWithJobSets(jobsets)
         self._translations: OrderedDict[int, _Made] = OrderedDict()
         self._options = options
         self._wall_clock = wall_clock
@@ -1724,14 +1743,8 @@ class SlurmObserver:
         return translation
 
     def _bridged_jobs(self, cluster: str) -> int:
-        """Jobs of this Slurm cluster that have a JobSet (the informer may hold other clusters' too):
-        counted again only when a job gained its first JobSet or lost its last, not at every reconcile
-        or JobSet update (a count over every JobSet)."""
-        at = (self.jobsets.values_generation(INDEX_JOB), cluster)
-        if self._bridged_count is None or self._bridged_count[0] != at:
-            count = sum(1 for key in self.jobsets.index_values(INDEX_JOB) if key.startswith(f"{cluster}/"))
-            self._bridged_count = (at, count)
-        return self._bridged_count[1]
+        """Jobs of this Slurm cluster that have a JobSet (:class:`JobsWithJobSets`)."""
+        return len(self._with_jobsets.ids(cluster))
 
 
 class SlurmReconciler:

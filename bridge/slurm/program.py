@@ -64,6 +64,7 @@ from reconcilers.slurm import (
     INDEX_JOB,
     INDEX_JOB_UID,
     INDEX_LOCAL_QUEUE,
+    JobsWithJobSets,
     Observed,
     Phase,
     SlurmObserver,
@@ -359,19 +360,10 @@ class SlurmBridge(BridgeProgram):
     ) -> tuple[SlurmJobSource, SlurmNodeSource]:
         """The job source (bridged partitions, and jobs that have a JobSet) and the node source."""
 
-        made: list[tuple[tuple[int, str], frozenset[int]]] = []
+        with_jobsets = JobsWithJobSets(kube.jobsets.store)
 
         def bridged() -> frozenset[int]:
-            """Ids of this cluster's jobs that have a JobSet: asked at every poll, made again only when
-            that set changed (not at every JobSet update, nor at every poll of a deep queue)."""
-            store, prefix = kube.jobsets.store, config.cluster() + "/"
-            at = (store.values_generation(INDEX_JOB), prefix)
-            if not made or made[0][0] != at:
-                ids = frozenset(
-                    int(key[len(prefix) :]) for key in store.index_values(INDEX_JOB) if key.startswith(prefix)
-                )
-                made[:] = [(at, ids)]
-            return made[0][1]
+            return with_jobsets.ids(config.cluster())
 
         slurm_spec = config.slurm()
         jobs = SlurmJobSource(

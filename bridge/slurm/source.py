@@ -159,6 +159,12 @@ _Filter = tuple[str, frozenset[str], frozenset[int]]
 """What a list is filtered by: (cluster, bridged partitions, ids of jobs with a JobSet)."""
 
 
+def _kept(job: SlurmJob, current: _Filter) -> bool:
+    """Does ``current`` keep ``job``: in a bridged partition, or with a JobSet."""
+    _, partitions, bridged = current
+    return job.job_id in bridged or any(p in partitions for p in job.partitions)
+
+
 class SlurmJobSource(_RecoveringSource):
     """The jobs of bridged partitions (and of existing JobSets), keyed ``<cluster>/<job id>``.
 
@@ -283,29 +289,30 @@ class SlurmJobSource(_RecoveringSource):
                 self._by_id = None
                 read.append(job)
         _raise_if_none_answered(unanswered, asked=len(due))
-        return self._read_alone(current, read) if read else NOT_MODIFIED
+        return self._changed_by_reads(current, read) if read else NOT_MODIFIED
 
-    def _read_alone(self, current: _Filter, jobs: list[SlurmJob]) -> list[Object] | NotModified | Changed:
+    def _changed_by_reads(
+        self, current: _Filter, jobs: list[SlurmJob]
+    ) -> list[Object] | NotModified | Changed:
         """The store objects of ``jobs``, read alone under the last list's filter (``current`` is it),
         as a :class:`Changed`: the other jobs stand, so a read costs what it read, not the queue's
         length. A job the filter now leaves out that the store shows (moved out of the bridged
         partitions) is a deletion: the whole list is filtered again for it. A job the last list did
         not have is left to the next list."""
-        cluster, partitions, bridged = current
+        cluster, _, _ = current
         objects, dropped = self._objects, self._dropped
+        if any(job.job_id in objects and not _kept(job, current) for job in jobs):
+            return self._filtered(current)
         changed: list[Object] = []
         for job in jobs:
             job_id = job.job_id
             if job_id not in objects and job_id not in dropped:
                 continue
-            if not (job_id in bridged or any(p in partitions for p in job.partitions)):
-                if job_id in objects:
-                    return self._filtered(current)
+            if not _kept(job, current):
                 dropped[job_id] = job
                 continue
             dropped.pop(job_id, None)
-            obj = job_object(cluster, job)
-            objects[job_id] = obj
+            objects[job_id] = obj = job_object(cluster, job)
             changed.append(obj)
         return Changed(changed) if changed else NOT_MODIFIED
 
@@ -317,7 +324,7 @@ class SlurmJobSource(_RecoveringSource):
         of thousands of unchanged jobs costs a dictionary lookup each and no diff at all."""
         same = current == self._filter
         self._filter = current
-        cluster, partitions, bridged = current
+        cluster, _, _ = current
         before, dropped = self._objects, self._dropped
         read = self._read
         objects: dict[int, Object] = {}
@@ -331,7 +338,7 @@ class SlurmJobSource(_RecoveringSource):
                 objects[job_id] = obj
             elif same and dropped.get(job_id) is job:
                 left_out[job_id] = job
-            elif job_id in bridged or any(p in partitions for p in job.partitions):
+            elif _kept(job, current):
                 if obj is None or obj["job"] is not job or obj["metadata"]["namespace"] != cluster:
                     obj = job_object(cluster, job)
                     changed = True
