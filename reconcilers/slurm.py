@@ -519,6 +519,9 @@ class Decision:
     phase: Phase | None = None
     """None: nothing of this job is left to track (finished and cleaned up, or not ours)."""
     why: str = ""
+    comment_held_back: bool = False
+    """A comment the job does not show yet is held back by the budget (``Observed.comment_due``
+    false): the job takes a place in the budget's backlog of refused jobs."""
 
     @property
     def needs_confirmation(self) -> bool:
@@ -893,17 +896,22 @@ def _queue_text(wl: WorkloadView | None, place: str | None = None) -> str | None
     return _one_line(f"{COMMENT_PREFIX}queued in Kueue{where}: {wl.reason or 'Pending'}: {message}")
 
 
-def _look_again_while_queued(o: Observed, job: SlurmJob, *, told: bool) -> float | None:
+def _comment_held_back(o: Observed, job: SlurmJob, *, told: bool) -> bool:
+    """The budget holds back a comment the job waiting in Kueue does not show yet (one it already
+    shows, or its user's own, is not waited on)."""
+    if told or o.comment_due or o.queue_place_pending:
+        return False
+    text = _queue_text(o.workload, o.queue_place)
+    return text is not None and bool(_polite_comment(job, text))
+
+
+def _look_again_while_queued(o: Observed, *, held_back: bool) -> float | None:
     """When to look again at a job waiting in Kueue: once its place is read, if it is being read;
-    once its comment may be written, if a comment it does not show yet is held back by the budget;
-    else on the next change (its place moving is one: the place source delivers it). A job whose
-    comment already says it is not looked at again on a timer."""
+    once its comment may be written, if the budget holds back a comment it does not show yet; else
+    on the next change (its place moving is one: the place source delivers it)."""
     if o.queue_place_pending:
         return WAIT_FOR_PLACE
-    if told or o.comment_due:
-        return None
-    text = _queue_text(o.workload, o.queue_place)
-    return o.comment_retry if text is not None and _polite_comment(job, text) else None
+    return o.comment_retry if held_back else None
 
 
 def never_admissible(wl: WorkloadView) -> bool:
@@ -1301,11 +1309,13 @@ def _decide_bridged(o: Observed, job: SlurmJob) -> Decision:
                 ConvertHold(reason="user hold turned into the bridge's admin hold", admin_comment=_mark(job)),
             )
         told = _queued_comment(o, job)
+        held_back = _comment_held_back(o, job, told=bool(told))
         return Decision(
             actions=(*pre, *convert, *told),
             phase=Phase.QUEUED,
-            requeue_after=_look_again_while_queued(o, job, told=bool(told)),
+            requeue_after=_look_again_while_queued(o, held_back=held_back),
             why=f"waiting for Kueue (Workload {state})",
+            comment_held_back=held_back,
         )
     if wl.state in (WorkloadState.EVICTED, WorkloadState.PREEMPTED):
         # Stale nodes of the evicted pods go once the pods are gone; re-admission registers them anew.
@@ -1550,12 +1560,19 @@ class CommentBudget:
 
     def retry(self, key: str, wait: float) -> float:
         """When ``key``, refused now (``wait``: what :meth:`wait` said), should look again: at least a
-        second from now, and not before its turn in the backlog of refused jobs.
+        second from now, and not before its turn in the backlog of refused jobs (its own place in it,
+        or the next one). Asking takes no place: :meth:`held_back` does, once the comment is wanted.
 
         Each refused job retrying once a second would reconcile the whole backlog every second (a
         deep queue whose places moved: a thousand reconciles a second for five writes, and the
         bridge's CPU in proportion to the queue); spread over ``backlog / rate`` seconds, the looks
         at refused jobs come about as often as the budget can write."""
+        backlog = len(self._waiting) + (key not in self._waiting)
+        return max(1.0, wait, backlog / self._rate)
+
+    def held_back(self, key: str) -> None:
+        """``key`` wants a comment the budget refused: it joins the backlog :meth:`retry` spreads
+        (jobs that only ask while their comment is already shown, or is their user's, do not)."""
         now = self._clock()
         waiting = self._waiting
         waiting[key] = now
@@ -1564,7 +1581,10 @@ class CommentBudget:
             for old in [k for k, at in waiting.items() if now - at > horizon]:
                 del waiting[old]
             self._pruned = now
-        return max(1.0, wait, len(waiting) / self._rate)
+
+    def not_held_back(self, key: str) -> None:
+        """``key`` wants no comment now: it leaves the backlog."""
+        self._waiting.pop(key, None)
 
     def spend(self, key: str) -> None:
         self._waiting.pop(key, None)
@@ -1933,6 +1953,10 @@ class SlurmReconciler:
                 observed = self._with_queue_place(observed, raw_js)
                 decision = decide(observed)
             self._track(key, decision)
+            if decision.comment_held_back:
+                self._comments.held_back(key)
+            else:
+                self._comments.not_held_back(key)
             if decision.actions:
                 log.info(
                     "reconciling",

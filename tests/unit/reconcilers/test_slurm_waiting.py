@@ -447,15 +447,51 @@ def test_jobs_refused_a_comment_look_again_spread_over_the_backlog() -> None:
     now = [0.0]
     budget = CommentBudget(per_job=60, rate=5, burst=1, clock=lambda: now[0])
     budget.spend("first")
-    retries = [budget.retry(f"job-{i}", budget.wait(f"job-{i}")) for i in range(1000)]
+    retries = []
+    for i in range(1000):
+        retries.append(budget.retry(f"job-{i}", budget.wait(f"job-{i}")))
+        budget.held_back(f"job-{i}")
     assert retries[0] == 1.0  # alone in the backlog: the old minimum
     assert retries[-1] == pytest.approx(200.0)
     assert budget.retry("job-999", 0.2) == pytest.approx(200.0)  # asking again is not a new place
     budget.spend("job-0")
     budget.forget("job-1")
-    assert budget.retry("job-2", 0.2) == pytest.approx(998 / 5)
+    budget.not_held_back("job-4")
+    assert budget.retry("job-2", 0.2) == pytest.approx(997 / 5)
     now[0] = 1000.0  # those that stopped asking leave the backlog
+    budget.held_back("job-3")
     assert budget.retry("job-3", 0.0) == 1.0
+
+
+def test_only_jobs_that_want_a_comment_take_a_place_in_the_backlog() -> None:
+    """Asking when one may write is no place in line: jobs whose comment is already shown (commented
+    within the minute, so each of their events is refused by the per-job bound) would otherwise fill
+    the backlog and push the real retries of the jobs that wait for their first comment far out."""
+    now = [0.0]
+    budget = CommentBudget(per_job=60, rate=5, burst=1, clock=lambda: now[0])
+    for i in range(500):  # commented in turn, five a second
+        now[0] = i * 0.2
+        budget.spend(f"shown-{i}")
+    now[0] = 100.2
+    for i in range(500):  # the last 300 were commented within the minute: each look is refused
+        budget.retry(f"shown-{i}", budget.wait(f"shown-{i}"))
+    assert budget.retry("new", 0.1) == 1.0
+
+
+def test_a_queued_job_whose_comment_is_held_back_says_so_in_its_decision() -> None:
+    wl = pending("insufficient unused quota for cpu in flavor default, 1 more needed")
+    held = decide(observe(job(), js=jobset(), wl=wl, comment_due=False, comment_retry=12.0))
+    assert held.comment_held_back
+    assert held.requeue_after == 12.0
+    (written,) = decide(observe(job(), js=jobset(), wl=wl)).actions
+    assert isinstance(written, WriteComment)
+    shown = decide(
+        observe(job(comment=written.text), js=jobset(), wl=wl, comment_due=False, comment_retry=9.0)
+    )
+    assert not shown.comment_held_back
+    theirs = decide(observe(job(comment="mine"), js=jobset(), wl=wl, comment_due=False, comment_retry=9.0))
+    assert not theirs.comment_held_back
+    assert not decide(observe(job(), js=jobset(), wl=wl)).comment_held_back  # written now, not held
 
 
 def test_a_requeue_waiting_on_a_silent_node_sets_it_down() -> None:
