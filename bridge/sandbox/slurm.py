@@ -79,6 +79,12 @@ event (a job released by an update, a node registered, a job submitted) only fro
 which wakes once a second, and by default at most every ``batch_sched_delay`` = 3 s: a stream of
 releases then waits up to 4 s each. ``batch_sched_delay=0`` lets every background tick schedule, so a
 release starts within about a second (docs/controller.md, "Release latency")."""
+SLURMRESTD_MALLOC_ARENA_MAX = "2"
+"""``MALLOC_ARENA_MAX`` in slurmrestd's environment, as a site is advised to set it: with glibc's
+default (eight arenas a core) each worker thread that serves a whole job list keeps that list's peak
+(about 100 MiB for 1,000 jobs on 22.05) in an arena of its own, so slurmrestd's RSS climbs with the
+queue's length times its threads; two arenas keep it near one list's peak (docs/controller.md, "Slurm
+settings for sites"; ``tests/bench/test_slurmrestd_memory_bench.py``)."""
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # Runs inside the slurmd's private mount namespace: bind files over their targets (pairs up to "--"),
@@ -174,6 +180,8 @@ class SlurmCluster:
     keep_workdir: bool = False
     scheduler_parameters: str = SCHEDULER_PARAMETERS
     """``SchedulerParameters`` in slurm.conf; empty: none (Slurm's defaults)."""
+    slurmrestd_malloc_arena_max: str | None = SLURMRESTD_MALLOC_ARENA_MAX
+    """``MALLOC_ARENA_MAX`` for slurmrestd; None: glibc's default (a benchmark's baseline)."""
     workdir: Path = field(init=False)
     timings: dict[str, float] = field(init=False, default_factory=dict)
     _generation: Generation = field(init=False)
@@ -518,6 +526,8 @@ class SlurmCluster:
         # Every address: runner pods reach it at their gateway (:attr:`pod_rest_url`).
         argv.append(f"0.0.0.0:{self._rest_port}")
         env = {**self._env(), "SLURM_JWT": "daemon"}
+        if self.slurmrestd_malloc_arena_max is not None:
+            env["MALLOC_ARENA_MAX"] = self.slurmrestd_malloc_arena_max
         process = self._group.start("slurmrestd", argv, env=env, inherit_env=False)
         token = self.token(lifespan=600)
         jobs_url = f"{self.rest_url}/slurm/{self.rest_version}/jobs"
