@@ -8,8 +8,9 @@ default), which keeps its peak. Sequential lists served by different threads the
 per thread. ``MALLOC_ARENA_MAX=2`` in slurmrestd's environment (what the local stack and
 docs/controller.md's "Slurm settings for sites" set) bounds that.
 
-``K8S_BRIDGE_SLURMRESTD_MEM_JOBS`` (1,000) held jobs are queued in one Slurm cluster per setting, then
-``K8S_BRIDGE_SLURMRESTD_MEM_LISTS`` (40) whole ``GET /jobs`` lists are read one after another (as the
+``K8S_BRIDGE_SLURMRESTD_MEM_JOBS`` (1,000) held jobs are queued in one Slurm cluster per setting; then
+1,000 pings on a new connection each and 1,000 reads of a node that does not exist (error answers),
+then ``K8S_BRIDGE_SLURMRESTD_MEM_LISTS`` (40) whole ``GET /jobs`` lists are read one after another (as the
 bridge's job source does), then 10 rounds of two at once (a second client beside the bridge). The
 RSS of slurmrestd is printed after every 10 lists, with the ratio of the two settings' final RSS
 measured in the same run. Asserts only that every list held every job. One Slurm version at a time
@@ -40,6 +41,7 @@ BENCH_VERSIONS = [v for v in VERSIONS if v in os.environ.get("K8S_BRIDGE_BENCH_S
 JOBS = env_int("K8S_BRIDGE_SLURMRESTD_MEM_JOBS", 1000)
 LISTS = env_int("K8S_BRIDGE_SLURMRESTD_MEM_LISTS", 40)
 PAIRS = 10
+SMALL_REQUESTS = 1000
 SUBMITTERS = 8
 
 
@@ -54,8 +56,18 @@ async def read_lists(cluster: SlurmCluster, *, pid: int) -> list[tuple[str, floa
     """RSS (MiB) of slurmrestd after each step of whole job lists; each list must hold every job."""
     url = f"{cluster.rest_url}/slurm/{cluster.rest_version}/jobs"
     headers = {"X-SLURM-USER-NAME": "slurm", "X-SLURM-USER-TOKEN": cluster.token()}
-    steps: list[tuple[str, float]] = [("before any list", memory_mib(pid)[0])]
+    steps: list[tuple[str, float]] = [("started, jobs queued", memory_mib(pid)[0])]
+    ping = f"{cluster.rest_url}/slurm/{cluster.rest_version}/ping"
+    for _ in range(SMALL_REQUESTS):  # a connection each
+        async with aiohttp.ClientSession(headers=headers) as fresh, fresh.get(ping) as response:
+            await response.read()
+    steps.append((f"after {SMALL_REQUESTS} pings on a new connection each", memory_mib(pid)[0]))
     async with aiohttp.ClientSession(headers=headers) as session:
+        unknown = f"{cluster.rest_url}/slurm/{cluster.rest_version}/node/b999999-0"
+        for _ in range(SMALL_REQUESTS):  # an error answer each (slurmrestd closes the connection)
+            async with session.get(unknown) as response:
+                await response.read()
+        steps.append((f"after {SMALL_REQUESTS} reads of an unknown node", memory_mib(pid)[0]))
 
         async def one_list() -> None:
             async with session.get(url) as response:
