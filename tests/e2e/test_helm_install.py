@@ -219,6 +219,12 @@ class Release:
 def release(e2e_stack: E2EStack, ray: RayPool, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
     if not stack_paths().helm.exists():
         pytest.fail(f"helm is not built ({stack_paths().helm}): python3 -m bridge.sandbox.build all")
+    if REPO.is_relative_to("/tmp") and not os.environ.get("PYTHONPATH"):
+        pytest.fail(
+            f"the checkout is under /tmp ({REPO}), which the chart's emptyDir hides from the bridges' pods "
+            "(they import the code from it): clone it elsewhere",
+            pytrace=False,
+        )
     home = tmp_path_factory.mktemp("helm-home")
     env = {
         **os.environ,
