@@ -66,6 +66,11 @@ WORKER_LOST_TIMEOUT = 15.0
 """The manager Kueue's ``multiKueue.workerLostTimeout`` (15 min by default): how long a worker may be
 unreachable before Kueue evicts the Workloads it runs."""
 OUTAGE = 75.0
+COPY_GONE = 300.0
+"""How long the lost worker's copy may stay once it is back: Kueue's removal of a copy that is not the
+one admitted (seconds), or the extra requeue when Kueue takes the stale copy's end as the Workload's
+(slurmctld finding the nodes not responding and the bridge's requeue took 130 s in one run, then up to
+a minute for MultiKueue's garbage collection)."""
 """How long the lost worker's API server stays down: past the timeout, Kueue's eviction, the bridge's
 requeue and the dispatch to the other worker."""
 
@@ -428,6 +433,8 @@ async def test_a_worker_lost_while_the_job_runs_the_job_is_requeued_held_and_com
         )  # fmt: skip
         (lost,) = [w for w in (worker, second_worker) if remote_pods_running(w, e2e, job_id)]
         spare = second_worker if lost is worker else worker
+        stale = (jobset(lost, name) or {}).get("metadata", {}).get("uid")
+        assert stale, f"no copy of {name} in the worker that runs it"
         outage = asyncio.create_task(
             asyncio.to_thread(lost.kube.control_plane.restart_apiserver, down_for=OUTAGE)
         )
@@ -448,17 +455,25 @@ async def test_a_worker_lost_while_the_job_runs_the_job_is_requeued_held_and_com
         finally:
             await outage
 
-        # Back: the lost worker's copy goes. Until the job is let go, its pods run in one worker at most.
+        # Back: the lost worker's copy goes (a new copy may come there later: after an extra requeue,
+        # Kueue may dispatch the job to either worker). Until the job is let go, its pods run in one
+        # worker at most.
         def copy_gone() -> bool:
             try:
-                return jobset(lost, name) is None and not lost.pods(
-                    labelSelector=job_selector(e2e.cluster_name, job_id)
+                copy = jobset(lost, name)
+                return (copy is None or copy["metadata"]["uid"] != stale) and not lost.pods(
+                    labelSelector=f"jobset.sigs.k8s.io/jobset-uid={stale}"
                 )
             except (ApiError, OSError):  # 429, or a slow TLS handshake, while its API server settles again
                 return False
 
+        # Up to COPY_GONE: when the lost worker's copy reads as Finished first (its slurmd pods exited 0
+        # when the bridge deleted their nodes, and their status reaches its API server once it is back),
+        # Kueue finishes the Workload from it and deletes the running copy instead; the bridge takes the
+        # job back once slurmctld finds those nodes not responding, and the copy goes with the JobSet
+        # (MultiKueue's garbage collection runs once a minute).
         await eventually(
-            copy_gone, timeout=90, what="Kueue to remove the copy in the worker that was lost",
+            copy_gone, timeout=COPY_GONE, what="Kueue to remove the copy in the worker that was lost",
             describe=lambda: both(e2e, lost, bridge),
         )  # fmt: skip
 

@@ -13,6 +13,7 @@ nodes other than the head, jobs left pending or running in the head).
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from typing import Any
 import pytest
 
 from bridge.admission import WorkloadState, describe_workload
-from bridge.sandbox.e2e import BridgeProcess, E2EStack
+from bridge.sandbox.e2e import KUEUE, BridgeProcess, E2EStack
 from bridge.sandbox.processes import StackError
 from bridge.sandbox.prometheus import PrometheusServer
 from bridge.sandbox.ray_e2e import RayPool
@@ -89,6 +90,14 @@ def _name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
+def _quota_reserved_at(workload: dict[str, Any]) -> float:
+    """When Kueue reserved the Workload's quota (its QuotaReserved condition), in epoch seconds."""
+    for condition in workload.get("status", {}).get("conditions") or ():
+        if condition.get("type") == "QuotaReserved" and condition.get("status") == "True":
+            return dt.datetime.fromisoformat(condition["lastTransitionTime"]).timestamp()
+    raise AssertionError(f"no QuotaReserved condition: {workload.get('status')}")
+
+
 def _status(ray: RayPool, name: str) -> dict[str, Any]:
     return (ray.get_rayjob(name) or {}).get("status") or {}
 
@@ -109,7 +118,14 @@ def _describe(ray: RayPool, bridge: BridgeProcess | None = None) -> str:
     for wl in [*ray.workloads(), *ray.pool.workloads()]:
         view = describe_workload(wl)
         owners = ",".join(ref.get("name", "") for ref in wl["metadata"].get("ownerReferences") or ())
-        lines.append(f"Workload {wl['metadata']['name']} of {owners}: {view.state} {view.message}")
+        requests = [p.get("count") for p in wl.get("spec", {}).get("podSets") or ()]
+        lines.append(
+            f"Workload {wl['metadata']['name']} of {owners}: {view.state} {view.message} "
+            f"(priority {wl.get('spec', {}).get('priority')}, pod counts {requests})"
+        )
+    queue = ray.pool.client.get(f"{KUEUE}/clusterqueues/{ray.pool.settings.cluster_queue}")
+    usage = (queue.get("status") or {}).get("flavorsReservation")
+    lines.append(f"ClusterQueue {ray.pool.settings.cluster_queue}: reserved {usage}")
     if bridge is not None:
         lines.append("bridge log:\n" + bridge.log_tail(40))
     return "\n".join(lines)
@@ -255,17 +271,33 @@ async def test_one_pool_a_slurm_job_preempts_the_ray_workers_and_nothing_leaks(
     name = _name("preempted")
     try:
         # Kueue's order: the plain Job is admitted first, so the Ray job's Workload is the newer of the two
-        # at the same priority, the one Kueue preempts first.
-        await eventually(
-            lambda: any(
-                ref.get("name") == "plain" and describe_workload(wl).state is WorkloadState.ADMITTED
-                for wl in pool.workloads()
-                for ref in wl["metadata"].get("ownerReferences") or ()
+        # at the same priority, the one Kueue preempts first. Kueue compares the times the quota was
+        # reserved as the QuotaReserved condition stores them, to the second, and breaks a tie by UID:
+        # the Ray job is sent once the clock has left the plain Job's second.
+        plain_workload = await eventually(
+            lambda: next(
+                (
+                    wl
+                    for wl in pool.workloads()
+                    if describe_workload(wl).state is WorkloadState.ADMITTED
+                    and any(ref.get("name") == "plain" for ref in wl["metadata"].get("ownerReferences") or ())
+                ),
+                None,
             ),
             timeout=TIMEOUT, what="the plain Job admitted",
         )  # fmt: skip
+        plain_reserved = _quota_reserved_at(plain_workload)
+        await asyncio.sleep(max(0.0, plain_reserved + 1.0 - time.time()))
         created = ray.create_rayjob(ray.rayjob(name, entrypoint=DRIVER.format(sleep=300), workers=1))
         await _job_status_is(ray, name, {"RUNNING"}, ray_bridge)
+        (ray_workload,) = [
+            wl
+            for wl in ray.workloads()
+            if any(
+                ref.get("name", "").startswith(f"ray-{name}-") for ref in wl["metadata"]["ownerReferences"]
+            )
+        ]
+        assert _quota_reserved_at(ray_workload) > plain_reserved, "both quotas reserved in the same second"
 
         cluster = pool.slurm
         job_id = cluster.sbatch(
