@@ -896,13 +896,12 @@ def _queue_text(wl: WorkloadView | None, place: str | None = None) -> str | None
     return _one_line(f"{COMMENT_PREFIX}queued in Kueue{where}: {wl.reason or 'Pending'}: {message}")
 
 
-def _comment_held_back(o: Observed, job: SlurmJob, *, told: bool) -> bool:
-    """The budget holds back a comment the job waiting in Kueue does not show yet (one it already
-    shows, or its user's own, is not waited on)."""
-    if told or o.comment_due or o.queue_place_pending:
+def _comment_held_back(o: Observed, job: SlurmJob, text: str | None) -> bool:
+    """The budget holds back ``text``, a comment the job waiting in Kueue does not show yet (one it
+    already shows, or its user's own, is not waited on)."""
+    if o.comment_due or o.queue_place_pending or text is None:
         return False
-    text = _queue_text(o.workload, o.queue_place)
-    return text is not None and bool(_polite_comment(job, text))
+    return bool(_polite_comment(job, text))
 
 
 def _look_again_while_queued(o: Observed, *, held_back: bool) -> float | None:
@@ -920,11 +919,11 @@ def never_admissible(wl: WorkloadView) -> bool:
     return wl.reason == "Inadmissible" or "unavailable in ClusterQueue" in wl.message
 
 
-def _queued_comment(o: Observed, job: SlurmJob) -> tuple[Action, ...]:
-    """While Kueue keeps the job waiting, its comment says why (``squeue -o %k``): over an empty
-    comment or the bridge's own only, at a bounded rate (``Observed.comment_due``), with a Warning
-    Event when the Workload can never be admitted as things are."""
-    text = _queue_text(o.workload, o.queue_place)
+def _queued_comment(o: Observed, job: SlurmJob, text: str | None) -> tuple[Action, ...]:
+    """While Kueue keeps the job waiting, its comment says why (``squeue -o %k``; ``text``, from
+    :func:`_queue_text`): over an empty comment or the bridge's own only, at a bounded rate
+    (``Observed.comment_due``), with a Warning Event when the Workload can never be admitted as
+    things are."""
     if text is None or o.queue_place_pending or not o.comment_due or not _polite_comment(job, text):
         return ()
     assert o.workload is not None
@@ -1308,8 +1307,9 @@ def _decide_bridged(o: Observed, job: SlurmJob) -> Decision:
             convert = (
                 ConvertHold(reason="user hold turned into the bridge's admin hold", admin_comment=_mark(job)),
             )
-        told = _queued_comment(o, job)
-        held_back = _comment_held_back(o, job, told=bool(told))
+        text = _queue_text(o.workload, o.queue_place)
+        told = _queued_comment(o, job, text)
+        held_back = _comment_held_back(o, job, text)
         return Decision(
             actions=(*pre, *convert, *told),
             phase=Phase.QUEUED,

@@ -66,13 +66,13 @@ WORKER_LOST_TIMEOUT = 15.0
 """The manager Kueue's ``multiKueue.workerLostTimeout`` (15 min by default): how long a worker may be
 unreachable before Kueue evicts the Workloads it runs."""
 OUTAGE = 75.0
+"""How long the lost worker's API server stays down: past the timeout, Kueue's eviction, the bridge's
+requeue and the dispatch to the other worker."""
 COPY_GONE = 300.0
 """How long the lost worker's copy may stay once it is back: Kueue's removal of a copy that is not the
 one admitted (seconds), or the extra requeue when Kueue takes the stale copy's end as the Workload's
-(slurmctld finding the nodes not responding and the bridge's requeue took 130 s in one run, then up to
+(slurmctld finding the nodes not responding and the bridge's requeue took 53 s in one run, then up to
 a minute for MultiKueue's garbage collection)."""
-"""How long the lost worker's API server stays down: past the timeout, Kueue's eviction, the bridge's
-requeue and the dispatch to the other worker."""
 
 
 def _started(stack: KubeStack, what: str) -> KubeStack:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from bridge.admission import WorkloadState, describe_workload
+from bridge.admission import WorkloadState, condition, describe_workload
 from bridge.sandbox.e2e import KUEUE, BridgeProcess, E2EStack
 from bridge.sandbox.processes import StackError
 from bridge.sandbox.prometheus import PrometheusServer
@@ -92,10 +92,11 @@ def _name(prefix: str) -> str:
 
 def _quota_reserved_at(workload: dict[str, Any]) -> float:
     """When Kueue reserved the Workload's quota (its QuotaReserved condition), in epoch seconds."""
-    for condition in workload.get("status", {}).get("conditions") or ():
-        if condition.get("type") == "QuotaReserved" and condition.get("status") == "True":
-            return dt.datetime.fromisoformat(condition["lastTransitionTime"]).timestamp()
-    raise AssertionError(f"no QuotaReserved condition: {workload.get('status')}")
+    reserved = condition(workload, "QuotaReserved")
+    assert reserved is not None, f"no QuotaReserved condition: {workload.get('status')}"
+    assert reserved.is_true, reserved
+    assert reserved.last_transition_time, reserved
+    return dt.datetime.fromisoformat(reserved.last_transition_time).timestamp()
 
 
 def _status(ray: RayPool, name: str) -> dict[str, Any]:
@@ -118,10 +119,10 @@ def _describe(ray: RayPool, bridge: BridgeProcess | None = None) -> str:
     for wl in [*ray.workloads(), *ray.pool.workloads()]:
         view = describe_workload(wl)
         owners = ",".join(ref.get("name", "") for ref in wl["metadata"].get("ownerReferences") or ())
-        requests = [p.get("count") for p in wl.get("spec", {}).get("podSets") or ()]
+        pod_counts = [p.get("count") for p in wl.get("spec", {}).get("podSets") or ()]
         lines.append(
             f"Workload {wl['metadata']['name']} of {owners}: {view.state} {view.message} "
-            f"(priority {wl.get('spec', {}).get('priority')}, pod counts {requests})"
+            f"(priority {wl.get('spec', {}).get('priority')}, pod counts {pod_counts})"
         )
     queue = ray.pool.client.get(f"{KUEUE}/clusterqueues/{ray.pool.settings.cluster_queue}")
     usage = (queue.get("status") or {}).get("flavorsReservation")
