@@ -23,12 +23,15 @@ it is then asked again only after :data:`RETRY_UNSERVED` seconds, and the commen
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import msgspec
+import orjson
 import structlog
 
 from bridge.runtime.client import Client
@@ -43,6 +46,7 @@ __all__ = [
     "VISIBILITY_API",
     "QueuePosition",
     "QueuePositionSource",
+    "decode_pending",
     "parse_pending",
     "position_text",
 ]
@@ -81,7 +85,11 @@ BEYOND_THE_LIST = QueuePosition(in_cluster_queue=PAGE_LIMIT, in_local_queue=PAGE
 
 def position_text(position: QueuePosition) -> str:
     """``"3rd in its ClusterQueue"``, ``"21st-50th in its ClusterQueue"``: one place or a range."""
-    place = position.in_cluster_queue + 1
+    return _place_text(position.in_cluster_queue + 1)
+
+
+@functools.lru_cache(maxsize=4096)
+def _place_text(place: int) -> str:
     if place <= EXACT_UP_TO:
         return f"{_ordinal(place)} in its ClusterQueue"
     low = EXACT_UP_TO
@@ -95,6 +103,41 @@ def position_text(position: QueuePosition) -> str:
 def _ordinal(n: int) -> str:
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"
+
+
+class _Meta(msgspec.Struct):
+    name: str | None = None
+
+
+class _Pending(msgspec.Struct):
+    metadata: _Meta | None = None
+    positionInClusterQueue: int | None = None  # noqa: N815 - Kueue's field name
+    positionInLocalQueue: int | None = None  # noqa: N815 - Kueue's field name
+
+
+class _Summary(msgspec.Struct):
+    items: list[_Pending] | None = None
+
+
+_SUMMARY = msgspec.json.Decoder(_Summary)
+
+
+def decode_pending(body: bytes) -> dict[str, QueuePosition]:
+    """:func:`parse_pending` of the answer's bytes, decoded straight into the three fields read
+    (each item's other fields are skipped, not built): a deep queue's summary is a thousand items.
+    An answer of another shape (an odd item) goes through :func:`parse_pending`, which skips what it
+    cannot read. Raises ``ValueError`` when the body is not JSON."""
+    try:
+        summary = _SUMMARY.decode(body)
+    except msgspec.ValidationError:
+        return parse_pending(orjson.loads(body))
+    positions: dict[str, QueuePosition] = {}
+    for item in summary.items or ():
+        name = item.metadata.name if item.metadata is not None else None
+        in_cq, in_lq = item.positionInClusterQueue, item.positionInLocalQueue
+        if name is not None and in_cq is not None and in_lq is not None:
+            positions[name] = QueuePosition(in_cluster_queue=in_cq, in_local_queue=in_lq)
+    return positions
 
 
 def parse_pending(summary: Mapping[str, Any]) -> dict[str, QueuePosition]:
@@ -209,14 +252,28 @@ class QueuePositionSource(PolledSource):
                 self._full.add((namespace, local_queue))
             else:
                 self._full.discard((namespace, local_queue))
+            placed = self._placed
             objects.extend(
-                place_object(namespace=namespace, local_queue=local_queue, workload=name, position=position)
-                for name, position in positions.items()
+                placed(namespace, local_queue, name, position) for name, position in positions.items()
             )
         self._full.intersection_update(queues)
         if answered:
             self._answered(started)
         return objects
+
+    def _placed(self, namespace: str, local_queue: str, workload: str, position: QueuePosition) -> Object:
+        """The stored object when the Workload's place reads the same as stored (the store then has
+        nothing to compare nor index again), else a new :func:`place_object`."""
+        stored = self.store.get(f"{namespace}/{workload}")
+        if (
+            stored is not None
+            and stored["place"] == position_text(position)
+            and stored.get("localQueue") == local_queue
+        ):
+            return stored
+        return place_object(
+            namespace=namespace, local_queue=local_queue, workload=workload, position=position
+        )
 
     def _answered(self, started: float) -> None:
         self._answered_at = started
@@ -250,14 +307,15 @@ class QueuePositionSource(PolledSource):
         queue's, for this read only."""
         try:
             async with asyncio.timeout(READ_TIMEOUT):
-                summary = await self._client.get(
+                return await self._client.get_decoded(
                     VISIBILITY_API,
                     "localqueues",
                     local_queue,
+                    decode=decode_pending,
                     namespace=namespace,
                     subresource="pendingworkloads",
                 )
-        except (ApiError, aiohttp.ClientError, TimeoutError) as exc:
+        except (ApiError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
             if isinstance(exc, ApiError) and exc.status in (403, 503):
                 self._unserved(exc)
                 return None
@@ -268,7 +326,6 @@ class QueuePositionSource(PolledSource):
                 error=str(exc),
             )
             return None
-        return parse_pending(summary)
 
 
 def _key(obj: Object) -> str:

@@ -90,6 +90,7 @@ from reconcilers.slurm_waiting import dependency_ids
 from translators.slurm import JOBSET_API_VERSION, JOBSET_KIND, LABEL_JOB_ID, Translation, job_selector
 
 from .connection import LiveSlurm, SecretToken, SlurmMixing
+from .job_reads import JobReadOnNodeChange
 from .metrics import slurm_metrics
 from .node_poll import NodePollOnPodStart, due_nodes, registration_due
 from .source import DUE_READ_BUDGET, SlurmJobSource, SlurmNodeSource, node_object
@@ -332,6 +333,7 @@ class SlurmBridge(BridgeProgram):
         kube.pods.add_handler(
             NodePollOnPodStart(nodes.trigger, lambda key: key in reconciler.waiting_for_nodes)
         )
+        nodes.add_handler(JobReadOnNodeChange(jobs))
 
         def on_config(snapshot: ConfigSnapshot | None) -> None:
             if snapshot is not None and snapshot.spec.slurm is not None:

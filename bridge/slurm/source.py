@@ -10,8 +10,12 @@ changed job exactly as by a changed JobSet, and reads both from memory:
   objects, so an unchanged job costs neither a parse nor an event) and keeps only what the bridge
   acts on: jobs of bridged partitions, plus jobs that still have a JobSet (a job submitted elsewhere
   then moved, or a partition removed from the configuration). The whole list is asked for once an
-  ``interval``, never more often: a job the bridge has just written is read alone
-  (``GET /job/{id}``), so a write costs one job's decode instead of every queued job's. Objects are keyed
+  ``interval``, never more often, and with a deep queue less often: at most ``list_budget`` listed
+  jobs a second (1,000 jobs: a list every 2 s), so what the lists cost does not grow with the queue.
+  A job with a reason to have changed is read alone (``GET /job/{id}``, :meth:`SlurmJobSource.refresh`):
+  one the bridge has just written, and one whose Slurm nodes changed (a job starts, ends or loses a
+  node: ``JobReadOnNodeChange``), so a running job's end is seen within a node poll however long the
+  list's interval; a write or an end costs one job's decode instead of every queued job's. Objects are keyed
   ``<cluster>/<job id>``, the key of the reconciler's requests. A finished job leaves slurmctld
   after ``MinJobAge``; it then vanishes from the store, and the reconciler treats a vanished job
   with a JobSet as finished.
@@ -91,6 +95,13 @@ _EPSILON = 1e-6
 def source_backoff(interval: float) -> BackoffSettings:
     """Backoff of a Slurm source: from 0.8 s, doubling, at most ``max(8 s, 4 x interval)``."""
     return BackoffSettings(initial=0.8, maximum=max(8.0, 4.0 * interval))
+
+
+JOBS_LISTED_PER_SECOND = 500.0
+"""Jobs a second the whole job lists may bring at most: with more than ``interval x`` this many jobs
+in the last list, the next one waits ``jobs / JOBS_LISTED_PER_SECOND`` seconds instead. A listed job
+costs the bridge about 17 us and slurmctld and slurmrestd more (found on the local stack: 1,000 held
+jobs, about 17 ms a list), and nearly all of a deep queue is unchanged from one list to the next."""
 
 
 def _raise_if_none_answered(unanswered: list[SlurmError], *, asked: int) -> None:
@@ -187,6 +198,7 @@ class SlurmJobSource(_RecoveringSource):
         partitions: Callable[[], Collection[str]],
         bridged: Callable[[], Collection[int]],
         interval: float,
+        list_budget: float = JOBS_LISTED_PER_SECOND,
         indexers: dict[str, IndexFunc] | None = None,
         backoff: BackoffSettings | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -206,6 +218,8 @@ class SlurmJobSource(_RecoveringSource):
             rng=rng,
         )
         self._slurm = slurm
+        self.list_budget = list_budget
+        """Listed jobs a second at most (``JOBS_LISTED_PER_SECOND``)."""
         self._cluster = cluster
         self._partitions = partitions
         self._bridged = bridged
@@ -227,19 +241,31 @@ class SlurmJobSource(_RecoveringSource):
         """Jobs read alone after a write."""
 
     def refresh(self, job_id: int) -> None:
-        """The bridge wrote ``job_id``: read it alone at once (coalesced with other writes), unless
-        a whole list is due anyway."""
+        """``job_id`` has a reason to have changed (the bridge wrote it, its nodes changed): read it
+        alone at once (coalesced with other reads), unless a whole list is due anyway."""
         self._due.add(job_id)
         self.trigger()
+
+    def due_reads(self) -> frozenset[int]:
+        """The jobs to read alone at the next poll (unless a whole list is due)."""
+        return frozenset(self._due)
+
+    def list_interval(self) -> float:
+        """Seconds between whole lists: ``interval``, longer when the last list was so long that
+        ``list_budget`` jobs a second would be exceeded."""
+        listed = len(self._jobs) if self._jobs is not None else 0
+        return max(self.interval, listed / self.list_budget) if self.list_budget > 0 else self.interval
 
     def delay_after_poll(self) -> float:
         """Until the next whole list is due: a single read after a write does not postpone it."""
         if self._listed_at is None:
             return self.interval
-        return max(0.0, self._listed_at + self.interval - self._clock())
+        return max(0.0, self._listed_at + self.list_interval() - self._clock())
 
     def _list_due(self) -> bool:
-        return self._listed_at is None or self._clock() - self._listed_at >= self.interval - _EPSILON
+        if self._listed_at is None:
+            return True
+        return self._clock() - self._listed_at >= self.list_interval() - _EPSILON
 
     async def _list(self) -> list[Object] | NotModified | Changed:
         if not self._cluster():  # no configuration yet: no REST call
@@ -247,8 +273,7 @@ class SlurmJobSource(_RecoveringSource):
             self._due.clear()
             return []
         current = (self._cluster(), frozenset(self._partitions()), frozenset(self._bridged()))
-        same_list = self._jobs is not None and current == self._filter
-        if self._due and same_list and not self._failing and not self._list_due():
+        if self._due and self._jobs is not None and not self._failing and not self._list_due():
             return await self._read_due(current)
         self._due.clear()
         self._listed_at = self._clock()
@@ -260,8 +285,8 @@ class SlurmJobSource(_RecoveringSource):
             self._jobs = page.jobs
             self._by_id = None
             self._read = {}
-        if page is None and current == self._filter:
-            return NOT_MODIFIED
+        if page is None:
+            return self._refiltered(current, [])
         return self._filtered(current)
 
     async def _read_due(self, current: _Filter) -> list[Object] | NotModified | Changed:
@@ -289,6 +314,24 @@ class SlurmJobSource(_RecoveringSource):
                 self._by_id = None
                 read.append(job)
         _raise_if_none_answered(unanswered, asked=len(due))
+        return self._refiltered(current, read)
+
+    def _refiltered(self, current: _Filter, read: list[SlurmJob]) -> list[Object] | NotModified | Changed:
+        """The last list under ``current`` with ``read`` (jobs read alone since) in it, as changes.
+
+        Jobs gain and lose their JobSet all the time (the filter's third part), and for a job of a
+        bridged partition that changes nothing: only the jobs that did so are looked at again, not
+        the whole queue. When one of them is now kept or left out where it was not, or the cluster
+        or partitions changed, the whole last list is filtered again."""
+        before = self._filter
+        if before is None or before[:2] != current[:2]:
+            return self._filtered(current)
+        objects = self._objects
+        for job_id in before[2] ^ current[2]:
+            job = self.any_job(job_id)
+            if job is not None and (job_id in objects) != _kept(job, current):
+                return self._filtered(current)
+        self._filter = current
         return self._changed_by_reads(current, read) if read else NOT_MODIFIED
 
     def _changed_by_reads(

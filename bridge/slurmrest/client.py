@@ -331,7 +331,7 @@ class SlurmClient:
     async def get_job(self, job_id: int) -> SlurmJob:
         adapter = await self.adapter()
         _, data, _ = await self._call("get_job", params={"job_id": job_id})
-        jobs = adapter.parse_jobs(data).jobs
+        jobs = adapter.parse_jobs(data, known=self.known_jobs, read_alone=True).jobs
         for job in jobs:
             if job.job_id == job_id:
                 return job

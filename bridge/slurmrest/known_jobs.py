@@ -16,7 +16,9 @@ to the changes:
   ``SlurmJob`` is the answer again. The declared fields are kept as their compact JSON text.
 
 Reusing the very same object also makes every later comparison of it (the job source's diff) an
-identity check.
+identity check. A job read alone (``GET /job/{id}``, after the bridge wrote it) is remembered as that
+job's latest (:meth:`KnownJobs.remember`): the next list, which shows the same write, answers it with
+the object read, so one write is one change for the job source, not two (the read's, then the list's).
 """
 
 from __future__ import annotations
@@ -108,6 +110,27 @@ class KnownJobs:
             jobs.append(job)
         self._by_text, self._by_id = fresh_text, fresh_id
         return tuple(jobs)
+
+    def remember(
+        self,
+        raws: Iterable[object],
+        *,
+        fields: frozenset[str],
+        parse: Callable[[object], SlurmJob],
+        version: str,
+    ) -> tuple[SlurmJob, ...]:
+        """``parse`` applied to the jobs of a single job's read, each then kept as its job's latest
+        (the other jobs of the last list stand): a job whose declared fields are those of the last
+        list, or of its last read, is that object again, and the next list answers the job with the
+        object read as long as its declared fields are still these."""
+        decoded = [_DECODE.decode(bytes(raw)) if isinstance(raw, msgspec.Raw) else raw for raw in raws]
+        if version != self._version:  # no list of this version yet: nothing to compare with
+            self.parsed += len(decoded)
+            return tuple(parse(raw) for raw in decoded)
+        by_id = self._by_id
+        return tuple(
+            self._job(raw, fields=fields, parse=parse, by_id=by_id, fresh_id=by_id) for raw in decoded
+        )
 
     def _job(
         self,

@@ -310,12 +310,17 @@ class RestAdapter:
             raise SlurmResponseError(f"response.{key}: expected a list, got {type(value).__name__}")
         return value
 
-    def parse_jobs(self, body: Mapping[str, Any], *, known: KnownJobs | None = None) -> JobsPage:
+    def parse_jobs(
+        self, body: Mapping[str, Any], *, known: KnownJobs | None = None, read_alone: bool = False
+    ) -> JobsPage:
         """The page; with ``known``, jobs whose declared fields did not change since the last list
-        are not parsed again (``KnownJobs``)."""
+        are not parsed again (``KnownJobs``). ``read_alone``: the answer of a single job's read, whose
+        jobs ``known`` remembers beside the last list's instead of taking it for a list."""
         raws = self._list(body, "jobs", self.jobs_response_fields)
         if known is None:
             jobs = tuple(self.parse_job(raw) for raw in raws)
+        elif read_alone:
+            jobs = known.remember(raws, fields=self.job_fields, parse=self.parse_job, version=self.version)
         else:
             jobs = known.parse(raws, fields=self.job_fields, parse=self.parse_job, version=self.version)
         return JobsPage(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, cast
 
@@ -17,6 +19,7 @@ from reconcilers.queue_positions import (
     PAGE_LIMIT,
     QueuePosition,
     QueuePositionSource,
+    decode_pending,
     parse_pending,
     position_text,
 )
@@ -66,6 +69,21 @@ def test_a_summary_is_read_by_workload_name_and_odd_items_are_skipped() -> None:
     }
 
 
+def test_a_summary_decoded_from_its_bytes_reads_as_the_parsed_one() -> None:
+    """The typed decode skips every other field of a thousand items; an odd item sends the whole
+    answer through ``parse_pending``, which skips it alone; a body that is not JSON is an error."""
+    body = summary(*((f"wl-{i}", i, i // 2) for i in range(1000)))
+    body["items"][3]["spec"] = {"podSets": [{"count": 1}]}
+    assert decode_pending(json.dumps(body).encode()) == parse_pending(body)
+    body["items"].append({"metadata": {"name": "odd"}, "positionInClusterQueue": "first"})
+    body["items"].append("nonsense")
+    decoded = decode_pending(json.dumps(body).encode())
+    assert decoded == parse_pending(body)
+    assert len(decoded) == 1000
+    with pytest.raises(ValueError, match="JSON"):
+        decode_pending(b"<html>busy</html>")
+
+
 class FakeVisibility:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str | None, str | None]] = []
@@ -95,6 +113,19 @@ class FakeVisibility:
         if self.fail is not None:
             raise self.fail
         return self.bodies.get(name, self.body)
+
+    async def get_decoded(
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        *,
+        decode: Callable[[bytes], Any],
+        namespace: str | None = None,
+        subresource: str | None = None,
+    ) -> Any:
+        body = await self.get(api_version, kind, name, namespace=namespace, subresource=subresource)
+        return decode(json.dumps(body).encode())
 
 
 class Clock:
@@ -175,6 +206,37 @@ async def test_only_a_change_of_the_place_shown_is_delivered() -> None:
     # 2nd..10th become 1st..9th, the 11th becomes 10th, the 21st (11th-20th) and 51st: no others.
     assert moved == sorted([*(f"wl-{i}" for i in range(1, 11)), "wl-20"])
     assert len(events.seen) == 1 + len(moved)
+
+
+async def test_a_place_that_reads_the_same_keeps_its_stored_object() -> None:
+    """Most of a deep queue's places read the same from one read to the next: those are the stored
+    objects again, so the store neither compares nor indexes them anew."""
+    api, clock = FakeVisibility(), Clock()
+    api.body = summary(*((f"wl-{i}", i, i) for i in range(100)))
+    places, _ = source(api, clock)
+    await places.poll_once()
+    before = {o["metadata"]["name"]: o for o in places.store.list()}
+    api.body = summary(*((f"wl-{i}", i - 1, i - 1) for i in range(1, 100)))
+    clock.now += 10.0
+    await places.poll_once()
+    same = [o for o in places.store.list() if before.get(o["metadata"]["name"]) is o]
+    assert len(same) == 99 - 12  # all but the ten near the head, wl-20 and wl-50, whose text moved
+
+
+async def test_an_answer_that_is_not_json_fails_that_queues_read_only() -> None:
+    api, clock = FakeVisibility(), Clock()
+    places, events = source(api, clock)
+    await places.poll_once()
+    events.seen.clear()
+
+    async def garbled(*args: Any, decode: Callable[[bytes], Any], **kwargs: Any) -> Any:
+        return decode(b"<html>proxy error</html>")
+
+    api.get_decoded = garbled  # type: ignore[method-assign]
+    clock.now += 10.0
+    await places.poll_once()
+    assert events.seen == []
+    assert places.place(namespace="hpc", local_queue="q", workload="wl-a") == "5th in its ClusterQueue"
 
 
 async def test_a_newcomer_is_looked_up_once_soon_and_its_comment_waits_for_it() -> None:

@@ -166,3 +166,52 @@ def test_the_top_level_of_a_job_list_is_decoded_and_the_jobs_kept_as_text() -> N
     assert [json.loads(bytes(raw)) for raw in split["jobs"]] == body["jobs"]
     with pytest.raises(ValueError, match="Expected"):
         split_job_list(b'["not", "an object"]')
+
+
+@pytest.mark.parametrize("version", sorted(RECORDED))
+def test_a_job_read_alone_is_the_object_the_next_list_answers(version: str) -> None:
+    """A job the bridge wrote, then read alone, is that very object in the next list that shows the
+    same write: one write is one change for the job source, not the read's and then the list's."""
+    adapter = adapter_for(version)
+    parse_job, parsed = counting(version)
+    known = KnownJobs()
+    first = known.parse(
+        queue(version, 5)["jobs"], fields=adapter.job_fields, parse=parse_job, version=version
+    )
+    parsed.clear()
+
+    written = queue(version, 5)
+    written["jobs"][2]["comment"] = "written by the bridge"
+    alone = {**written, "jobs": [copy.deepcopy(written["jobs"][2])]}
+    (read,) = adapter.parse_jobs(alone, known=known, read_alone=True).jobs
+    assert read.comment == "written by the bridge"
+    assert known.parsed == 6
+
+    parsed.clear()
+    listed = known.parse(
+        split_job_list(json.dumps(written).encode())["jobs"],
+        fields=adapter.job_fields, parse=parse_job, version=version,
+    )  # fmt: skip
+    assert parsed == []
+    assert listed[2] is read
+    assert all(job is before for job, before in zip(listed, first, strict=True) if job.job_id != 3)
+
+    # A read of a job that did not change since the list is the list's object.
+    (again,) = adapter.parse_jobs(
+        {**written, "jobs": [written["jobs"][0]]}, known=known, read_alone=True
+    ).jobs
+    assert again is listed[0]
+    assert known.parsed == 6
+
+
+def test_a_read_alone_before_any_list_is_parsed_and_kept_for_no_list() -> None:
+    version = "v0.0.38"
+    adapter = adapter_for(version)
+    known = KnownJobs()
+    (job,) = adapter.parse_jobs(queue(version, 1), known=known, read_alone=True).jobs
+    assert job.job_id == 1
+    assert known.parsed == 1
+    listed = known.parse(
+        queue(version, 1)["jobs"], fields=adapter.job_fields, parse=adapter.parse_job, version=version
+    )
+    assert listed[0] == job

@@ -716,3 +716,74 @@ async def test_the_node_source_says_which_whole_list_its_store_shows() -> None:
     assert (src.lists, src.listed) == (1, 1)  # brought by a read alone
     await run_until(src, lambda: src.failures > 0)
     assert src.listed == src.lists - 1  # the last list failed: the store shows the one before
+
+
+async def test_a_deep_queue_is_listed_less_often_and_reads_in_between_stay_single() -> None:
+    """Whole lists bring at most ``list_budget`` jobs a second: 30 jobs at 10 a second are listed
+    every 3 s, not every second, and a job with a reason to have changed is read alone meanwhile."""
+    clock = Clock()
+    queue = [sjob(i) for i in range(1, 31)]
+    slurm = FakeSlurm([page(*queue), page(*queue)])
+    src = job_source(slurm, interval=1.0, clock=clock, list_budget=10.0)
+    await src.poll_once()
+    assert src.list_interval() == pytest.approx(3.0)
+    assert src.delay_after_poll() == pytest.approx(3.0)
+    clock.now = 1.5
+    slurm.current = {7: sjob(7, state=JobState.RUNNING)}
+    src.refresh(7)
+    await src.poll_once()
+    assert slurm.calls == ["poll_jobs", "get_job(7)"]
+    assert src.delay_after_poll() == pytest.approx(1.5)
+    clock.now = 3.0
+    src.refresh(7)
+    await src.poll_once()  # the list is due: it answers for job 7 too
+    assert slurm.calls[2:] == ["poll_jobs"]
+
+
+async def test_a_short_list_keeps_the_configured_interval() -> None:
+    src = job_source(FakeSlurm([page(sjob(1), sjob(2))]), interval=1.0, list_budget=10.0)
+    await src.poll_once()
+    assert src.list_interval() == 1.0
+
+
+async def test_a_job_gaining_its_jobset_between_lists_costs_no_whole_list_nor_a_pass_over_the_queue() -> None:
+    """Jobs gain and lose JobSets all the time; for a job of a bridged partition that changes
+    nothing, so a read between lists stays a read and the other jobs are not looked at again."""
+    clock = Clock()
+    bridged: list[int] = []
+    queue = [sjob(i) for i in range(1, 101)]
+    slurm = FakeSlurm([page(*queue)])
+    src = job_source(slurm, bridged=lambda: list(bridged), interval=1.0, clock=clock)
+    rec = Recorder()
+    src.add_handler(rec)
+    await src.poll_once()
+    events = len(rec.events)
+    clock.now = 0.5
+    bridged.extend([3, 4])
+    slurm.current = {3: sjob(3, comment="written")}
+    src.refresh(3)
+    result = await src._list()
+    assert isinstance(result, Changed)
+    assert [job_of(obj) for obj in result.objects] == [sjob(3, comment="written")]
+    src.apply_changed(result.objects)
+    assert slurm.calls == ["poll_jobs", "get_job(3)"]
+    assert rec.events[events:] == [("update", "hpc/3")]
+
+
+async def test_a_job_outside_the_bridged_partitions_gaining_a_jobset_between_lists_is_added() -> None:
+    clock = Clock()
+    bridged: list[int] = []
+    slurm = FakeSlurm([page(sjob(1), sjob(2, "debug"))])
+    src = job_source(slurm, bridged=lambda: list(bridged), interval=1.0, clock=clock)
+    rec = Recorder()
+    src.add_handler(rec)
+    await src.poll_once()
+    clock.now = 0.5
+    bridged.append(2)
+    slurm.current = {1: sjob(1, comment="written")}
+    src.refresh(1)
+    await src.poll_once()
+    assert slurm.calls == ["poll_jobs", "get_job(1)"]
+    assert sorted(src.store.keys()) == ["hpc/1", "hpc/2"]
+    assert ("add", "hpc/2") in rec.events
+    assert src.job(1) == sjob(1, comment="written")
