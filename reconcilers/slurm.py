@@ -58,7 +58,7 @@ import enum
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Protocol
 
@@ -747,7 +747,11 @@ def _changed_since_jobset(o: Observed, job: SlurmJob) -> bool:
     Only a record of the current fingerprint's version is compared: a JobSet of an older bridge (no
     record) or of another fingerprint definition is kept as it is, never replaced."""
     recorded = o.jobset_shape
-    return recorded.startswith(SHAPE_PREFIX) and recorded != shape_fingerprint(job)
+    if not recorded.startswith(SHAPE_PREFIX):
+        return False
+    made = o.translation  # made from this very job, with its fingerprint: not computed again
+    shape = made.shape if isinstance(made, Translation) and made.shape else shape_fingerprint(job)
+    return recorded != shape
 
 
 def _unseen_nodes_could_exist(o: Observed) -> bool:
@@ -1607,15 +1611,29 @@ class JobsWithJobSets:
 
     def __init__(self, jobsets: Store) -> None:
         self._jobsets = jobsets
-        self._made: tuple[tuple[int, str], frozenset[int]] | None = None
+        self._made: tuple[tuple[int, str], frozenset[str], frozenset[int]] | None = None
+        """(values generation and cluster, the index keys, the job ids) of the last look."""
 
     def ids(self, cluster: str) -> frozenset[int]:
         at = (self._jobsets.values_generation(INDEX_JOB), cluster)
-        if self._made is None or self._made[0] != at:
-            prefix = f"{cluster}/"
-            keys = self._jobsets.index_values(INDEX_JOB)
-            self._made = (at, frozenset(int(k[len(prefix) :]) for k in keys if k.startswith(prefix)))
-        return self._made[1]
+        made = self._made
+        if made is not None and made[0] == at:
+            return made[2]
+        prefix = f"{cluster}/"
+        keys = frozenset(self._jobsets.index_values(INDEX_JOB))
+        if made is not None and made[0][1] == cluster:
+            # A few jobs gained or lost a JobSet since: only their keys are read again.
+            gained, lost = keys - made[1], made[1] - keys
+            ids = made[2].difference(_job_ids(lost, prefix)).union(_job_ids(gained, prefix))
+        else:
+            ids = frozenset(_job_ids(keys, prefix))
+        self._made = (at, keys, ids)
+        return ids
+
+
+def _job_ids(keys: Iterable[str], prefix: str) -> Iterator[int]:
+    """The job ids of the index keys ``<cluster>/<job id>`` that start with ``prefix``."""
+    return (int(k[len(prefix) :]) for k in keys if k.startswith(prefix))
 
 
 _Made = tuple[SlurmJob, WorkloadMixingSpec, "Translation | Untranslatable"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from bridge.api.slurm_job import SlurmJob
 from bridge.runtime.handlers import Object
 from bridge.slurm.source import node_of
 from reconcilers.slurm import node_job_id
@@ -21,22 +22,30 @@ __all__ = ["JobReadOnNodeChange"]
 class JobRefresher(Protocol):
     """What the handler needs of :class:`~bridge.slurm.source.SlurmJobSource`."""
 
+    def job(self, job_id: int) -> SlurmJob | None: ...
+
     def refresh(self, job_id: int) -> None: ...
 
 
 class JobReadOnNodeChange:
-    """Node source handler: a node of a job that changed or went away reads its job alone.
+    """Node source handler: a node that changed or went away reads its job alone, while the job
+    source shows that job and not finished.
 
     A node's first appearance is its registration: the job itself does not change with it, and the
-    reconciler is told by the node's own event. Reads coalesce in the job source (one read per job
-    per poll, however many of its nodes changed)."""
+    reconciler is told by the node's own event. A finished job changes no more (its nodes do, as the
+    bridge drains and deletes them: no read for those), and a job the source does not show would be
+    left to the next list anyway. Reads coalesce in the job source (one read per job per poll,
+    however many of its nodes changed)."""
 
     def __init__(self, jobs: JobRefresher) -> None:
         self._jobs = jobs
 
     def _read(self, obj: Object) -> None:
         job_id = node_job_id(node_of(obj))
-        if job_id is not None:
+        if job_id is None:
+            return
+        job = self._jobs.job(job_id)
+        if job is not None and not job.is_finished:
             self._jobs.refresh(job_id)
 
     def on_add(self, obj: Object, *, is_initial_list: bool) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bridge.api.slurm_job import JobState
+from bridge.api.slurm_job import JobState, SlurmJob
 from bridge.api.slurm_node import NodeState, SlurmNode
 from bridge.slurm.job_reads import JobReadOnNodeChange
 from bridge.slurm.source import SlurmNodeSource, node_object
@@ -47,17 +47,35 @@ async def test_a_running_jobs_end_seen_on_its_node_is_read_alone_before_the_next
     assert slurm.calls[-1] == "get_job(7)"
     assert jobs.job(7) == sjob(7, state=JobState.COMPLETED)
 
-    slurm.current = {}
-    await nodes.poll_once()  # the node is deleted: its job is read again (gone: left to the list)
-    await jobs.poll_once()
-    assert slurm.calls[-1] == "get_job(7)"
+    await nodes.poll_once()  # the bridge deletes the node of the finished job: nothing to read
+    assert not jobs.due_reads()
     assert jobs.lists == 1
+
+
+async def test_a_node_of_a_running_job_going_away_reads_the_job() -> None:
+    slurm = FakeSlurm(
+        [page(sjob(7, state=JobState.RUNNING))],
+        nodes=[
+            NodesPage(nodes=(allocated("b7-0", "bridge-job-7"),), update_time=1),
+            NodesPage(nodes=(), update_time=2),
+        ],
+    )
+    jobs = job_source(slurm, interval=10.0, clock=Clock())
+    nodes = SlurmNodeSource(slurm=slurm, keep=lambda n: node_job_id(n) is not None, interval=1.0)
+    nodes.add_handler(JobReadOnNodeChange(jobs))
+    await jobs.poll_once()
+    await nodes.poll_once()
+    await nodes.poll_once()
+    assert jobs.due_reads() == {7}
 
 
 async def test_nodes_not_of_a_bridged_job_read_nothing() -> None:
     read: list[int] = []
 
     class Jobs:
+        def job(self, job_id: int) -> SlurmJob | None:
+            return sjob(job_id, state=JobState.RUNNING)
+
         def refresh(self, job_id: int) -> None:
             read.append(job_id)
 
