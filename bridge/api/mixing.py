@@ -688,7 +688,11 @@ class SlurmSpec(_Model):
         default=2.0,
         ge=0.2,
         le=300,
-        description="How often the job list is polled (`update_time`-conditional, so idle polls are cheap).",
+        description=(
+            "How often the job list is polled (`update_time`-conditional, so idle polls are cheap); with a"
+            " deep queue less often (at most 500 listed jobs a second). A job whose Slurm node changed, or"
+            " that the bridge wrote, is read alone in between."
+        ),
     )
     limits: SlurmLimits = Field(default_factory=SlurmLimits, description="Per-job and global bounds.")
 
