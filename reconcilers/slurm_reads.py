@@ -8,6 +8,10 @@ work. Each function here gives what :class:`reconcilers.slurm.SlurmObserver` rea
 an update matters when that differs between the old and the new object. Keep them in step with the
 observer: a field read there and missing here would be a change the bridge sees only at its next
 event (the unit tests compare them on recorded updates).
+
+The views (:func:`jobset_view`, :func:`workload_view`) are the other half: what the informers keep of
+each object. A JobSet carries its slurmd pod template and a Workload a copy of it in each podSet, a
+few KiB each that nothing of the bridge reads, and with a deep queue a thousand of each are cached.
 """
 
 from __future__ import annotations
@@ -22,8 +26,10 @@ from reconcilers.slurm import PodsView
 __all__ = [
     "child_job_update_matters",
     "jobset_update_matters",
+    "jobset_view",
     "pod_update_matters",
     "workload_update_matters",
+    "workload_view",
 ]
 
 
@@ -70,3 +76,22 @@ def jobset_update_matters(old: Object, new: Object) -> bool:
     feature recorded on it) and its finalizers."""
     annotations = _meta(old).get("annotations") != _meta(new).get("annotations")
     return annotations or _identity(old) != _identity(new) or describe_jobset(old) != describe_jobset(new)
+
+
+def jobset_view(obj: Object) -> Object:
+    """A JobSet as the Slurm bridge caches it: without ``spec.replicatedJobs`` (the slurmd pod
+    template). :func:`describe_jobset` reads the metadata, ``spec.suspend``, ``spec.managedBy`` and
+    the status; the bridge's writes to a JobSet are patches of its metadata and deletions."""
+    spec = obj.get("spec")
+    if isinstance(spec, dict) and "replicatedJobs" in spec:
+        obj["spec"] = {k: v for k, v in spec.items() if k != "replicatedJobs"}
+    return obj
+
+
+def workload_view(obj: Object) -> Object:
+    """A Workload as the Slurm bridge caches it: without ``spec.podSets`` (a copy of the pod
+    template each). :func:`describe_workload` reads the metadata, ``spec.active`` and the status."""
+    spec = obj.get("spec")
+    if isinstance(spec, dict) and "podSets" in spec:
+        obj["spec"] = {k: v for k, v in spec.items() if k != "podSets"}
+    return obj

@@ -270,6 +270,17 @@ class Informer(Dispatcher):
                 self.resync()
 
 
+def _then(first: Transform | None, second: Transform | None) -> Transform | None:
+    """``second`` applied to what ``first`` gives (either may be None)."""
+    if first is None or second is None:
+        return first or second
+
+    def both(obj: Object) -> Object:
+        return second(first(obj))
+
+    return both
+
+
 class SharedInformerFactory:
     """One informer per (resource, namespace, selectors), created on request, run by :meth:`run`.
 
@@ -288,7 +299,7 @@ class SharedInformerFactory:
         self._transform = transform
         self._resync_period = resync_period
         self._settings = settings
-        self._informers: dict[tuple[str, str, str, str, str], Informer] = {}
+        self._informers: dict[tuple[str, str, str, str, str, Transform | None], Informer] = {}
         self._group: asyncio.TaskGroup | None = None
         self._stop = asyncio.Event()
 
@@ -301,8 +312,13 @@ class SharedInformerFactory:
         label_selector: str | None = None,
         field_selector: str | None = None,
         indexers: dict[str, IndexFunc] | None = None,
+        view: Transform | None = None,
     ) -> Informer:
-        """The shared informer for this resource and scope (resolved through discovery)."""
+        """The shared informer for this resource and scope (resolved through discovery).
+
+        ``view``: what of each object the cache keeps, applied after the factory's transform (as
+        client-go's ``SetTransform``): a program that reads a few fields of many large objects keeps
+        just those. An informer is shared only among callers asking for the same ``view``."""
         resource = await self._client.resource(api_version, kind)
         return self.informer_for(
             resource,
@@ -310,6 +326,7 @@ class SharedInformerFactory:
             label_selector=label_selector,
             field_selector=field_selector,
             indexers=indexers,
+            view=view,
         )
 
     def informer_for(
@@ -320,6 +337,7 @@ class SharedInformerFactory:
         label_selector: str | None = None,
         field_selector: str | None = None,
         indexers: dict[str, IndexFunc] | None = None,
+        view: Transform | None = None,
     ) -> Informer:
         key = (
             resource.api_version,
@@ -327,6 +345,7 @@ class SharedInformerFactory:
             namespace or "",
             label_selector or "",
             field_selector or "",
+            view,
         )
         informer = self._informers.get(key)
         if informer is None:
@@ -336,7 +355,7 @@ class SharedInformerFactory:
                 namespace=namespace,
                 label_selector=label_selector,
                 field_selector=field_selector,
-                transform=self._transform,
+                transform=_then(self._transform, view),
                 resync_period=self._resync_period,
                 settings=self._settings,
             )

@@ -82,8 +82,10 @@ from reconcilers.slurm import (
 from reconcilers.slurm_reads import (
     child_job_update_matters,
     jobset_update_matters,
+    jobset_view,
     pod_update_matters,
     workload_update_matters,
+    workload_view,
 )
 from reconcilers.slurm_reservations import ReservationCache
 from reconcilers.slurm_waiting import dependency_ids
@@ -421,12 +423,14 @@ class _KubeSide:
                 JOBSET_KIND,
                 label_selector=LABEL_JOB_ID,
                 indexers={INDEX_JOB: jobset_job_keys, INDEX_LOCAL_QUEUE: jobset_queue_keys},
+                view=jobset_view,
             ),
             workloads=await factory.informer(
                 WORKLOAD_API_VERSION,
                 WORKLOAD_KIND,
                 label_selector=JOB_UID_LABEL,
                 indexers={INDEX_JOB_UID: workload_uid_keys},
+                view=workload_view,
             ),
             pods=await factory.informer(
                 "v1", "Pod", label_selector=LABEL_JOB_ID, indexers={INDEX_JOB: pod_job_keys}

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from bridge.admission import describe_jobset, describe_workload
 from bridge.runtime.handlers import Object
 from reconcilers.slurm_reads import (
     child_job_update_matters,
     jobset_update_matters,
+    jobset_view,
     pod_update_matters,
     workload_update_matters,
+    workload_view,
 )
+from tests.fixtures.slurm_decisions import SPEC, job
+from translators.slurm import Translation, translate
 
 POD: Object = {
     "metadata": {
@@ -133,3 +139,30 @@ def test_a_change_of_what_the_reconciler_reads_is(
     matters: Callable[[Object, Object], bool], obj: Object, edit: Callable[[dict[str, Any]], object]
 ) -> None:
     assert matters(obj, changed(obj, edit))
+
+
+def test_the_cached_jobset_keeps_all_the_bridge_reads_without_its_pod_template() -> None:
+    """The JobSet the translator makes, with a status: the view reads the same to the observer and
+    to the update predicate, and is a fraction of the size."""
+    made = translate(job(), SPEC)
+    assert isinstance(made, Translation)
+    full = copy.deepcopy(made.manifest)
+    full["metadata"]["finalizers"] = ["k8s-bridge.io/slurm-cleanup"]
+    full["status"] = copy.deepcopy(JOBSET["status"])
+    view = jobset_view(copy.deepcopy(full))
+    assert describe_jobset(view) == describe_jobset(full)
+    assert view["metadata"] == full["metadata"]
+    assert not jobset_update_matters(full, view)
+    assert len(json.dumps(view)) < len(json.dumps(full)) / 2
+
+
+def test_the_cached_workload_keeps_all_the_bridge_reads_without_its_pod_sets() -> None:
+    full = copy.deepcopy(WORKLOAD)
+    full["spec"]["podSets"] = [
+        {"name": "slurmd", "count": 2, "template": {"spec": {"containers": [{"name": "slurmd"}]}}}
+    ]
+    full["spec"]["active"] = False
+    view = workload_view(copy.deepcopy(full))
+    assert "podSets" not in view["spec"]
+    assert describe_workload(view) == describe_workload(full)
+    assert not workload_update_matters(full, view)
