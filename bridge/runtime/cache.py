@@ -168,7 +168,9 @@ class Store:
         return sorted(self._indices[index].get(value, ()))
 
     def index_values(self, index: str) -> builtins.list[str]:
-        return [v for v, keys in self._indices[index].items() if keys]
+        """The values ``index`` gives for at least one stored object (a value that loses its last
+        object leaves the index at once)."""
+        return list(self._indices[index])
 
     def values_generation(self, index: str) -> int:
         """Incremented whenever :meth:`index_values` of ``index`` changes (a value gains its first

@@ -311,7 +311,8 @@ class SlurmJobSource(_RecoveringSource):
                 continue
             if job.job_id == job_id:
                 self._read[job_id] = job
-                self._by_id = None
+                if self._by_id is not None:  # kept up to date, not made again over the whole list
+                    self._by_id[job_id] = job
                 read.append(job)
         _raise_if_none_answered(unanswered, asked=len(due))
         return self._refiltered(current, read)

@@ -30,6 +30,7 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 import aiohttp
+import orjson
 from multidict import CIMultiDictProxy
 
 from bridge.api.slurm_job import SlurmJob
@@ -81,10 +82,11 @@ _UNCHANGED = ("No job changes since", "No node changes since")
 
 
 def _parse_body(raw: bytes, decode: Callable[[bytes], Any] | None) -> Any:
-    """The body as ``decode`` reads it, else as JSON, else as text (an error page); None if empty."""
+    """The body as ``decode`` reads it, else as JSON (orjson, and the standard library's for what
+    orjson refuses), else as text (an error page); None if empty."""
     if not raw:
         return None
-    for read in (decode, json.loads) if decode is not None else (json.loads,):
+    for read in (decode, orjson.loads, json.loads) if decode is not None else (orjson.loads, json.loads):
         try:
             return read(raw)
         except ValueError:

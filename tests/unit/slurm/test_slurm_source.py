@@ -787,3 +787,19 @@ async def test_a_job_outside_the_bridged_partitions_gaining_a_jobset_between_lis
     assert sorted(src.store.keys()) == ["hpc/1", "hpc/2"]
     assert ("add", "hpc/2") in rec.events
     assert src.job(1) == sjob(1, comment="written")
+
+
+async def test_any_job_shows_a_job_read_alone_since_the_last_list() -> None:
+    """The jobs by id are kept up to date by each read, not made again over the whole list."""
+    clock = Clock()
+    slurm = FakeSlurm([page(sjob(1), sjob(2, "debug"))])
+    src = job_source(slurm, interval=1.0, clock=clock)
+    await src.poll_once()
+    assert src.any_job(2) == sjob(2, "debug")
+    clock.now = 0.5
+    slurm.current = {1: sjob(1, comment="written"), 2: sjob(2, "debug", state=JobState.RUNNING)}
+    src.refresh(1)
+    src.refresh(2)
+    await src.poll_once()
+    assert src.any_job(1) == sjob(1, comment="written")
+    assert src.any_job(2) == sjob(2, "debug", state=JobState.RUNNING)
