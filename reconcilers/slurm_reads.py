@@ -78,20 +78,22 @@ def jobset_update_matters(old: Object, new: Object) -> bool:
     return annotations or _identity(old) != _identity(new) or describe_jobset(old) != describe_jobset(new)
 
 
+def _without_in_spec(obj: Object, field: str) -> Object:
+    """``obj`` with ``spec.<field>`` left out (a new ``spec``: the other objects sharing it keep it)."""
+    spec = obj.get("spec")
+    if isinstance(spec, dict) and field in spec:
+        obj["spec"] = {k: v for k, v in spec.items() if k != field}
+    return obj
+
+
 def jobset_view(obj: Object) -> Object:
     """A JobSet as the Slurm bridge caches it: without ``spec.replicatedJobs`` (the slurmd pod
     template). :func:`describe_jobset` reads the metadata, ``spec.suspend``, ``spec.managedBy`` and
     the status; the bridge's writes to a JobSet are patches of its metadata and deletions."""
-    spec = obj.get("spec")
-    if isinstance(spec, dict) and "replicatedJobs" in spec:
-        obj["spec"] = {k: v for k, v in spec.items() if k != "replicatedJobs"}
-    return obj
+    return _without_in_spec(obj, "replicatedJobs")
 
 
 def workload_view(obj: Object) -> Object:
     """A Workload as the Slurm bridge caches it: without ``spec.podSets`` (a copy of the pod
     template each). :func:`describe_workload` reads the metadata, ``spec.active`` and the status."""
-    spec = obj.get("spec")
-    if isinstance(spec, dict) and "podSets" in spec:
-        obj["spec"] = {k: v for k, v in spec.items() if k != "podSets"}
-    return obj
+    return _without_in_spec(obj, "podSets")

@@ -56,9 +56,8 @@ class Client:
         namespace: str | None = None,
         subresource: str | None = None,
     ) -> Object:
-        res = await self.resource(api_version, kind)
-        result: Object = await self._call(
-            "GET", res.path(namespace=namespace, name=name, subresource=subresource)
+        result: Object = await self.get_decoded(
+            api_version, kind, name, decode=orjson.loads, namespace=namespace, subresource=subresource
         )
         return result
 

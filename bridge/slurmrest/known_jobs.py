@@ -119,18 +119,16 @@ class KnownJobs:
         parse: Callable[[object], SlurmJob],
         version: str,
     ) -> tuple[SlurmJob, ...]:
-        """``parse`` applied to the jobs of a single job's read, each then kept as its job's latest
-        (the other jobs of the last list stand): a job whose declared fields are those of the last
-        list, or of its last read, is that object again, and the next list answers the job with the
-        object read as long as its declared fields are still these."""
-        decoded = [_DECODE.decode(bytes(raw)) if isinstance(raw, msgspec.Raw) else raw for raw in raws]
+        """``parse`` applied to the (decoded) jobs of a single job's read, each then kept as its
+        job's latest (the other jobs of the last list stand): a job whose declared fields are those
+        of the last list, or of its last read, is that object again, and the next list answers the
+        job with the object read as long as its declared fields are still these."""
         if version != self._version:  # no list of this version yet: nothing to compare with
-            self.parsed += len(decoded)
-            return tuple(parse(raw) for raw in decoded)
+            jobs = tuple(parse(raw) for raw in raws)
+            self.parsed += len(jobs)
+            return jobs
         by_id = self._by_id
-        return tuple(
-            self._job(raw, fields=fields, parse=parse, by_id=by_id, fresh_id=by_id) for raw in decoded
-        )
+        return tuple(self._job(raw, fields=fields, parse=parse, by_id=by_id, fresh_id=by_id) for raw in raws)
 
     def _job(
         self,
