@@ -484,6 +484,10 @@ class WriteComment(Action):
     slurm_write: ClassVar[bool] = True
     needs_confirmation: ClassVar[bool] = True
     """The user may have written a comment of their own since the poll."""
+    poll_after: ClassVar[bool] = False
+    """Nothing waits on seeing the comment: the next list shows it, long before ``CommentBudget``
+    lets the job's comment be written again, and every write is confirmed on a fresh read first. A
+    read after each comment was two of a queued job's requests to slurmrestd, and a reconcile."""
     text: str
     event: str = ""
     """The reason of a Warning Event on the JobSet (the text is its note); "": none."""

@@ -49,6 +49,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
 
 
+def children_cpu_seconds(pid: int) -> float:
+    """cutime + cstime of one process: what its children it has waited for used (the bridge's
+    ``scontrol`` runs on Slurm 22.05, whose REST cannot update or delete nodes)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[13]) + int(fields[14])) / _CLOCK_TICKS
+
+
 def memory_mib(pid: int) -> tuple[float, float]:
     """(VmRSS, VmHWM) of one process in MiB."""
     values = {}

@@ -14,7 +14,8 @@ sampled every ``K8S_BRIDGE_SOAK_SAMPLE_SECONDS`` (15), the queue topped up every
 that long. Each sample prints:
 
 - completions per minute (jobs submitted minus jobs slurmctld still lists as active, from ``squeue``);
-- the bridge's CPU (utime + stime, share of one core) and RSS; slurmctld's and slurmrestd's RSS;
+- the bridge's CPU (utime + stime, share of one core), its children's (``scontrol`` on 22.05: cutime +
+  cstime) and its RSS; slurmctld's and slurmrestd's RSS;
 - requests per second the bridge sent to slurmrestd and to the API server, and the TCP connections it
   opened to slurmrestd (``slurm_bridge_child.py`` counts both), and every client's requests per
   second to the API server (``apiserver_request_total``);
@@ -56,6 +57,7 @@ from tests.bench.bench_support import (
     HTTP_COUNT,
     apiserver_requests,
     by_labels,
+    children_cpu_seconds,
     cpu_seconds,
     delta,
     env_int,
@@ -187,6 +189,7 @@ class Sample:
     pending: int
     active: int
     bridge_cpu: float
+    children_cpu: float
     bridge_rss: float
     slurmctld_rss: float
     slurmrestd_rss: float
@@ -217,6 +220,7 @@ class Sample:
             pending=pending,
             active=pending + running,
             bridge_cpu=cpu_seconds(bridge_pid),
+            children_cpu=children_cpu_seconds(bridge_pid),
             bridge_rss=memory_mib(bridge_pid)[0],
             slurmctld_rss=rss_mib(daemons.get("slurmctld")),
             slurmrestd_rss=rss_mib(daemons.get("slurmrestd")),
@@ -250,6 +254,7 @@ def interval(a: Sample, b: Sample, *, since: float) -> dict[str, Any]:
         "queued": b.pending,
         "completions_per_min": round(60 * (b.completed - a.completed) / seconds, 1),
         "bridge_cpu_cores": round((b.bridge_cpu - a.bridge_cpu) / seconds, 3),
+        "bridge_children_cpu_cores": round((b.children_cpu - a.children_cpu) / seconds, 3),
         "bridge_rss_mib": round(b.bridge_rss, 1),
         "slurmctld_rss_mib": round(b.slurmctld_rss, 1),
         "slurmrestd_rss_mib": round(b.slurmrestd_rss, 1),
@@ -265,10 +270,10 @@ def interval(a: Sample, b: Sample, *, since: float) -> dict[str, Any]:
 
 COLUMNS = (
     ("minute", "min"), ("queued", "queued"), ("completions_per_min", "done/min"),
-    ("bridge_cpu_cores", "cpu"), ("bridge_rss_mib", "rss"), ("slurmctld_rss_mib", "ctld"),
-    ("slurmrestd_rss_mib", "restd"), ("rest_per_s", "rest/s"), ("rest_connections", "conns"),
-    ("kube_per_s_bridge", "kube/s"), ("apiserver_per_s_all", "api/s"), ("jobs_parsed_per_s", "parsed/s"),
-    ("reconciles_per_s", "recon/s"),
+    ("bridge_cpu_cores", "cpu"), ("bridge_children_cpu_cores", "kids cpu"), ("bridge_rss_mib", "rss"),
+    ("slurmctld_rss_mib", "ctld"), ("slurmrestd_rss_mib", "restd"), ("rest_per_s", "rest/s"),
+    ("rest_connections", "conns"), ("kube_per_s_bridge", "kube/s"), ("apiserver_per_s_all", "api/s"),
+    ("jobs_parsed_per_s", "parsed/s"), ("reconciles_per_s", "recon/s"),
 )  # fmt: skip
 
 
@@ -459,7 +464,8 @@ def report(r: dict[str, Any]) -> None:
         ("submitted in / JobSets made in / holds and first comments done in",
          f"{r['submit_seconds']} s / {r['jobsets_made_seconds']} s / {r['caught_up_seconds']} s"),
         (f"soak {r['soak_seconds']:.0f} s: completions/min", w["completions_per_min"]),
-        ("bridge CPU (cores) / RSS MiB at end", f"{w['bridge_cpu_cores']} / {w['bridge_rss_mib']}"),
+        ("bridge CPU (cores) / its scontrol children's / RSS MiB at end",
+         f"{w['bridge_cpu_cores']} / {w['bridge_children_cpu_cores']} / {w['bridge_rss_mib']}"),
         ("slurmctld / slurmrestd RSS MiB: first -> last sample",
          f"{r['samples'][0]['slurmctld_rss_mib']} -> {w['slurmctld_rss_mib']} / "
          f"{r['samples'][0]['slurmrestd_rss_mib']} -> {w['slurmrestd_rss_mib']}"),

@@ -597,6 +597,20 @@ async def test_a_job_whose_reservation_has_not_started_is_not_bridged_until_it_h
     assert "its reservation r1 starts at" in str(comment)
 
 
+async def test_a_written_comment_is_not_read_back_at_once() -> None:
+    """The next list shows it; a read of the job after each comment only cost slurmrestd a request."""
+    start = datetime.now(tz=UTC) + timedelta(hours=1)
+    future = (SlurmReservation(name="r1", start_time=start, flags=frozenset({"ANY_NODES"})),)
+
+    async def list_reservations() -> tuple[SlurmReservation, ...]:
+        return future
+
+    w = World(held(reservation="r1"), reservations=ReservationCache(list_reservations=list_reservations))
+    await w.reconcile()
+    assert [c[0] for c in w.slurm.calls] == ["get_job", "comment"]
+    assert w.jobs.refreshed == []
+
+
 async def test_no_new_jobset_while_the_previous_ones_jobs_are_not_collected() -> None:
     """JobSet adopts child Jobs by its name: a JobSet made again before the old Job is collected
     would run the old Job (its old shape) as its own."""
