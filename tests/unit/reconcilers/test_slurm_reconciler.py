@@ -597,8 +597,9 @@ async def test_a_job_whose_reservation_has_not_started_is_not_bridged_until_it_h
     assert "its reservation r1 starts at" in str(comment)
 
 
-async def test_a_written_comment_is_not_read_back_at_once() -> None:
-    """The next list shows it; a read of the job after each comment only cost slurmrestd a request."""
+async def test_a_written_comment_is_read_back_at_once() -> None:
+    """Until the job source shows the comment, a look at the job takes it for one the budget holds
+    back and puts the job in the backlog that spaces every queued job's first comment."""
     start = datetime.now(tz=UTC) + timedelta(hours=1)
     future = (SlurmReservation(name="r1", start_time=start, flags=frozenset({"ANY_NODES"})),)
 
@@ -608,7 +609,7 @@ async def test_a_written_comment_is_not_read_back_at_once() -> None:
     w = World(held(reservation="r1"), reservations=ReservationCache(list_reservations=list_reservations))
     await w.reconcile()
     assert [c[0] for c in w.slurm.calls] == ["get_job", "comment"]
-    assert w.jobs.refreshed == []
+    assert w.jobs.refreshed == [42]
 
 
 async def test_no_new_jobset_while_the_previous_ones_jobs_are_not_collected() -> None:
