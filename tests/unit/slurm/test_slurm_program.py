@@ -291,18 +291,16 @@ async def test_explain_says_why_a_job_cannot_be_served(
     assert "cannot be served (TooManyNodes)" in out.getvalue()
 
 
+@pytest.mark.usefixtures("restore_logging")
 def test_vv_also_logs_the_http_client_libraries() -> None:
     _, once, _ = parse_args(["--config", "site", "-v"])
     _, twice, _ = parse_args(["--config", "site", "-vv"])
     assert (once.log_level, once.verbose, twice.verbose) == ("debug", 1, 2)
-    try:
-        configure_program_logging(once)
-        assert logging.getLogger("aiohttp.access").level == logging.WARNING
-        configure_program_logging(twice)
-        assert logging.getLogger("aiohttp.access").level == logging.DEBUG
-        assert logging.getLogger("kubernetes_asyncio").level == logging.DEBUG
-    finally:
-        configure_program_logging(Settings(config="site"))
+    configure_program_logging(once)
+    assert logging.getLogger("aiohttp.access").level == logging.WARNING
+    configure_program_logging(twice)
+    assert logging.getLogger("aiohttp.access").level == logging.DEBUG
+    assert logging.getLogger("kubernetes_asyncio").level == logging.DEBUG
 
 
 async def test_a_new_slurm_connection_does_not_close_the_old_one_under_its_calls(
