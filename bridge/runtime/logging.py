@@ -17,7 +17,11 @@ from typing import TextIO
 import structlog
 from structlog.typing import Processor
 
-__all__ = ["configure_logging", "level_for_verbosity"]
+__all__ = ["CHATTY_LOGGERS", "configure_logging", "level_for_verbosity"]
+
+
+CHATTY_LOGGERS = ("aiohttp.access", "kubernetes_asyncio")
+"""Standard-library loggers kept at WARNING unless ``-vv``: chatty at INFO."""
 
 
 def level_for_verbosity(verbosity: int) -> int:
@@ -73,7 +77,6 @@ def configure_logging(*, verbosity: int = 0, json: bool | None = None, stream: T
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
-    # aiohttp's access log and the kubernetes client are chatty at INFO; keep them at WARNING unless -vv.
     noisy_level = logging.DEBUG if verbosity > 1 else logging.WARNING
-    for name in ("aiohttp.access", "kubernetes_asyncio"):
+    for name in CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(noisy_level)

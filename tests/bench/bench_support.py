@@ -43,16 +43,21 @@ def env_int(name: str, default: int) -> int:
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def _stat_fields(pid: int) -> list[str]:
+    """``/proc/<pid>/stat`` after the command name (field 3 onwards, counted from 0 here)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def cpu_seconds(pid: int) -> float:
     """utime + stime of one process."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = _stat_fields(pid)
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
 
 
 def children_cpu_seconds(pid: int) -> float:
     """cutime + cstime of one process: what its children it has waited for used (the bridge's
     ``scontrol`` runs on Slurm 22.05, whose REST cannot update or delete nodes)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = _stat_fields(pid)
     return (int(fields[13]) + int(fields[14])) / _CLOCK_TICKS
 
 
