@@ -125,12 +125,15 @@ from translators.slurm import (
     JOBSET_KIND,
     LABEL_CLUSTER,
     LABEL_JOB_ID,
-    NODE_NAME_PREFIX,
+    LABEL_RUN,
     SHAPE_PREFIX,
     Translation,
     TranslationOptions,
     Untranslatable,
+    is_own_node_name,
     job_feature,
+    node_name,
+    node_name_job_id,
     node_names,
     shape_fingerprint,
     translate,
@@ -554,7 +557,7 @@ class PodsView:
     """Pods that ended (Succeeded, Failed) or are being deleted, each as ``name: what``: a slurmd
     that stops while its job lives is a lost node (slurmd exits 0 on SIGTERM, so Succeeded too)."""
     active_nodes: frozenset[str] = frozenset()
-    """The Slurm node names (``b<job id>-<completion index>``) whose slurmd pod is active."""
+    """The Slurm node names (``b<job id>[r<run>]-<completion index>``) whose slurmd pod is active."""
     undeleted: tuple[str, ...] = ()
     """Names of the pods not being deleted (finished ones too)."""
 
@@ -577,9 +580,13 @@ class PodsView:
             active += 1
             running += phase == "Running"
             labels = metadata.get("labels") or {}
-            job_id, index = labels.get(LABEL_JOB_ID), labels.get(_COMPLETION_INDEX)
-            if job_id is not None and index is not None:
-                active_nodes.add(f"{NODE_NAME_PREFIX}{job_id}-{index}")
+            job_id, index, run = (
+                labels.get(LABEL_JOB_ID),
+                labels.get(_COMPLETION_INDEX),
+                labels.get(LABEL_RUN, "0"),
+            )
+            if job_id is not None and job_id.isdigit() and index is not None and run.isdigit():
+                active_nodes.add(node_name(int(job_id), index, run=int(run)))
         return cls(
             active=active,
             running=running,
@@ -614,7 +621,7 @@ class Observed:
     admin hold of its job is an administrator's. False on an older bridge's JobSet."""
     workload: WorkloadView | None = None
     nodes: tuple[SlurmNode, ...] = ()
-    """The dynamic nodes registered for this job (feature ``bridge-job-<id>`` or name ``b<id>-<i>``)."""
+    """The dynamic nodes registered for this job (feature ``bridge-job-<id>`` or name ``b<id>[r<run>]-<i>``)."""
     pods: PodsView = field(default_factory=PodsView)
     completed_indexes: str = ""
     """``status.completedIndexes`` of the JobSet's Job: slurmd pods that ended with 0 (a slurmd that
@@ -703,11 +710,38 @@ def unservable_comment(reason: str) -> str:
 
 
 def _node_names(o: Observed) -> tuple[str, ...]:
+    """The names of the job's nodes: those a JobSet made now would register, unless its JobSet was
+    made for an earlier run (kept through a requeue: Kueue preempted it and admits it again), whose
+    pods register that run's names, recorded on it."""
+    made = o.jobset_nodes if o.jobset is not None else ()
     if isinstance(o.translation, Translation):
-        return o.translation.node_names
-    if o.jobset_nodes:
-        return o.jobset_nodes
+        now = o.translation.node_names
+        if made and now and _name_stem(made[0]) != _name_stem(now[0]):
+            return made
+        return now
+    if made:
+        return made
     return tuple(node_names(o.job)) if o.job is not None else ()
+
+
+def _name_stem(node_name: str) -> str:
+    return node_name.rpartition("-")[0]  # b42r1 of b42r1-0: the job and its run
+
+
+def _own_pin(o: Observed, job: SlurmJob, own: tuple[str, ...]) -> tuple[str, ...]:
+    """The bridge's own pin (its release), which a hold clears (``Hold.unpin``); a user's own -w
+    stays. Its nodes are all the job's own (``own``), or all those of an earlier run when a requeue's
+    unpin was cut short (a crash) before that run's JobSet went."""
+    feature = _feature(o)
+    if own and job.is_pinned_to(own, feature):
+        return own
+    pinned = job.required_nodes
+    earlier_run = (
+        len(pinned) == len(own)
+        and len({_name_stem(n) for n in pinned}) == 1
+        and all(is_own_node_name(job.job_id, n) for n in pinned)
+    )
+    return pinned if pinned and earlier_run and job.is_pinned_to(pinned, feature) else ()
 
 
 def _feature(o: Observed) -> str:
@@ -955,8 +989,7 @@ def decide(o: Observed) -> Decision:
         # A job missing from the cache may just not be in it yet: confirmed on a fresh read first.
         return _cleanup(o, why=why, phase=None, confirm=job is None)
     own = _node_names(o)
-    # The bridge's own pin (its release): a hold clears it (Hold.unpin); a user's own -w stays.
-    own_pin = own if own and job.is_pinned_to(set(own), _feature(o)) else ()
+    own_pin = _own_pin(o, job, own)
     js = o.jobset
     if js is not None and js.deleting:
         return _decide_jobset_deleting(o, job, own_pin)
@@ -1387,8 +1420,6 @@ def _decide_bridged(o: Observed, job: SlurmJob) -> Decision:
 
 # --- indexes and mappers -----------------------------------------------------------------------
 
-_NODE_NAME_RE = re.compile(rf"^{re.escape(NODE_NAME_PREFIX)}([0-9]{{1,12}})-[0-9]{{1,6}}$")
-
 
 def node_job_id(node: SlurmNode) -> int | None:
     """The job a bridge node was made for: its ``bridge-job-<id>`` feature, else its dynamic name."""
@@ -1397,10 +1428,7 @@ def node_job_id(node: SlurmNode) -> int | None:
             rest = feature[len(JOB_FEATURE_PREFIX) :]
             if rest.isdigit() and len(rest) <= 12:
                 return int(rest)
-    match = _NODE_NAME_RE.match(node.name)
-    if match is not None and node.is_dynamic:
-        return int(match.group(1))
-    return None
+    return node_name_job_id(node.name) if node.is_dynamic else None
 
 
 def _by_name(node: SlurmNode) -> tuple[int, str]:

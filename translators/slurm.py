@@ -71,6 +71,7 @@ __all__ = [
     "LABEL_JOB_ID",
     "LABEL_MANAGED_BY",
     "LABEL_PARTITION",
+    "LABEL_RUN",
     "MAX_JOBSET_NAME_LENGTH",
     "NODE_NAME_PREFIX",
     "REPLICATED_JOB",
@@ -82,10 +83,12 @@ __all__ = [
     "TranslationOptions",
     "Untranslatable",
     "UntranslatableCode",
+    "is_own_node_name",
     "job_feature",
     "job_selector",
     "jobset_name",
     "node_name",
+    "node_name_job_id",
     "node_names",
     "shape_fingerprint",
     "translate",
@@ -100,6 +103,9 @@ _PREFIX: Final = "bridge.k8s-bridge.io/"
 LABEL_CLUSTER: Final = _PREFIX + "slurm-cluster"
 LABEL_JOB_ID: Final = _PREFIX + "slurm-job-id"
 LABEL_PARTITION: Final = _PREFIX + "slurm-partition"
+#: On the slurmd pods: the run of the job their JobSet was made for (Slurm's restart count then),
+#: which their node names carry (:func:`node_name`).
+LABEL_RUN: Final = _PREFIX + "slurm-run"
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 ANNOTATION_JOB_NAME: Final = _PREFIX + "slurm-job-name"
 ANNOTATION_USER: Final = _PREFIX + "slurm-user"
@@ -260,15 +266,19 @@ def _short_hash(text: str, length: int = 6) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:length]
 
 
-def jobset_name(cluster: str, job_id: int) -> str:
-    """The JobSet of a Slurm job: ``slurm-<cluster>-<job id>``, a DNS-1035 label short enough for
-    JobSet's generated Job and pod names.
+def jobset_name(cluster: str, job_id: int, *, run: int = 0) -> str:
+    """The JobSet of a Slurm job: ``slurm-<cluster>-<job id>``, with ``-r<run>`` for a later run (see
+    :func:`node_name`), a DNS-1035 label short enough for JobSet's generated Job and pod names.
+
+    A later run's JobSet never shares the name of the one before: a copy of that one still in a
+    MultiKueue worker that could not be told (lost while the job was requeued) is not taken for the
+    new one's, which MultiKueue would otherwise adopt in its place.
 
     Total over any ``cluster`` string and deterministic. When the cluster name had to be changed
     (upper case, ``_``, anything outside ``[a-z0-9-]``) or shortened, a hash of the original is
     inserted, so two clusters never share a name: ``slurm-<cluster, cleaned and cut>-<hash>-<id>``.
     """
-    tail = f"-{job_id}"
+    tail = f"-{job_id}" + (f"-r{run}" if run else "")
     cleaned = re.sub(r"[^a-z0-9-]+", "-", cluster.lower()).strip("-")
     cleaned = re.sub(r"-{2,}", "-", cleaned)
     simple = f"slurm-{cleaned}{tail}" if cleaned else ""
@@ -280,17 +290,41 @@ def jobset_name(cluster: str, job_id: int) -> str:
     return f"slurm-{head}-{digest}{tail}" if head else f"slurm-{digest}{tail}"
 
 
-def node_name(job_id: int, index: int) -> str:
-    """The Slurm node name of the job's pod with completion index ``index``."""
-    return f"{NODE_NAME_PREFIX}{job_id}-{index}"
+def node_name(job_id: int, index: int | str, *, run: int = 0) -> str:
+    """The Slurm node name of the job's pod with completion index ``index`` (or the reference to
+    the index that the pod's environment expands): ``b<id>-<index>`` in the job's first run,
+    ``b<id>r<run>-<index>`` in a later one (``run``: Slurm's restart count when the JobSet was made).
+
+    A requeued job's new nodes never take the names of the previous run's: slurmctld keeps sending
+    what it had for those (the previous run's termination) until a node of that name answers, and a
+    new slurmd of the same name would take it for the new run's and refuse to launch it."""
+    return f"{NODE_NAME_PREFIX}{job_id}" + (f"r{run}" if run else "") + f"-{index}"
 
 
 def node_names(job: SlurmJob) -> list[str]:
-    """The Slurm node names the job's pods register as, in index order (empty without a node count)."""
+    """The Slurm node names a JobSet made for the job now registers, in index order (empty without
+    a node count)."""
     count = job.node_count or 0
     if count > _MAX_NODES_HARD:
         return []
-    return [node_name(job.job_id, i) for i in range(count)]
+    return [node_name(job.job_id, i, run=job.restart_count) for i in range(count)]
+
+
+_NODE_NAME: Final = re.compile(
+    rf"^{re.escape(NODE_NAME_PREFIX)}([0-9]{{1,12}})(?:r[0-9]{{1,9}})?-[0-9]{{1,6}}$"
+)
+
+
+def node_name_job_id(name: str) -> int | None:
+    """The job whose node ``name`` is, by its form alone (:func:`node_name`, any run); None if it has
+    not that form."""
+    match = _NODE_NAME.match(name)
+    return int(match.group(1)) if match is not None else None
+
+
+def is_own_node_name(job_id: int, name: str) -> bool:
+    """``name`` is a node name of the job, of any of its runs (:func:`node_name`)."""
+    return node_name_job_id(name) == job_id
 
 
 def job_feature(job_id: int) -> str:
@@ -352,7 +386,6 @@ def shape_fingerprint(job: SlurmJob) -> str:
     ``--contiguous`` and ``--prefer`` (nothing is served differently for them), and whether it is
     an array or heterogeneous job (fixed at submission, and refused anyway).
     """
-    own_node = re.compile(rf"^{re.escape(NODE_NAME_PREFIX)}{job.job_id}-[0-9]+$")
     own_feature = job_feature(job.job_id)
     tasks_per_node: int | None = None
     if job.gres_per_task:
@@ -374,7 +407,7 @@ def shape_fingerprint(job: SlurmJob) -> str:
             "tasks_per_node": tasks_per_node,
         },
         "features": sorted({w.strip() for w in job.features.split("&")} - {"", own_feature}),
-        "required_nodes": sorted({n for n in job.required_nodes if not own_node.fullmatch(n)}),
+        "required_nodes": sorted({n for n in job.required_nodes if not is_own_node_name(job.job_id, n)}),
         "excluded_nodes": sorted(set(job.excluded_nodes)),
         "switches": job.switches,
         "time_limit_minutes": job.time_limit_minutes,
@@ -489,7 +522,8 @@ def _translate(
         f"{count} node(s): one slurmd pod each"
         + (f" (the minimum of -N {count}-{job.max_nodes})" if job.max_nodes and job.max_nodes > count else "")
     )
-    names = tuple(node_name(job.job_id, i) for i in range(count))
+    run = job.restart_count
+    names = tuple(node_name(job.job_id, i, run=run) for i in range(count))
     _check_required_nodes(job, names)
 
     feature = job_feature(job.job_id)
@@ -521,7 +555,7 @@ def _translate(
     if max_exec is not None:
         notes.append(f"max-exec-time {max_exec}s: time limit {job.time_limit_minutes} min + grace")
 
-    name = jobset_name(cluster_name, job.job_id)
+    name = jobset_name(cluster_name, job.job_id, run=run)
     shape = shape_fingerprint(job)
     manifest = _manifest(
         job=job,
@@ -576,9 +610,10 @@ def _partition(job: SlurmJob, slurm: SlurmSpec) -> str:
 
 
 def _check_required_nodes(job: SlurmJob, names: tuple[str, ...]) -> None:
-    # The bridge's own pin survives a requeue-hold (required nodes kept): those are fine. Nodes the
-    # user asked for (-w) cannot be honoured, and excluding the job's own nodes (-x) cannot be run.
-    foreign = [n for n in job.required_nodes if n not in names]
+    # The bridge's own pin survives a requeue-hold (required nodes kept, of this run or an earlier
+    # one): those are fine. Nodes the user asked for (-w) cannot be honoured, and excluding the job's
+    # own nodes (-x) cannot be run.
+    foreign = [n for n in job.required_nodes if n not in names and not is_own_node_name(job.job_id, n)]
     if foreign:
         raise _RefusedError(
             UntranslatableCode.REQUIRED_NODES,
@@ -776,7 +811,7 @@ SLURMD_ENTRY_NAME: Final = "k8s-bridge-slurmd"
 """``$0`` of :data:`SLURMD_ENTRY` (what ``ps`` shows for the shell)."""
 
 
-def _env(slurm: SlurmSpec, *, job_id: int) -> list[dict[str, Any]]:
+def _env(slurm: SlurmSpec, *, job_id: int, run: int) -> list[dict[str, Any]]:
     configured = [e.model_dump(mode="json", by_alias=True, exclude_none=True) for e in slurm.pod_template.env]
     clashing = sorted({e["name"] for e in configured} & _RESERVED_ENV)
     if clashing:
@@ -792,7 +827,7 @@ def _env(slurm: SlurmSpec, *, job_id: int) -> list[dict[str, Any]]:
             },
         },
         # Kubernetes expands $(VAR) of earlier variables in values, command and args: no shell.
-        {"name": ENV_NODE_NAME, "value": f"{NODE_NAME_PREFIX}{job_id}-$({ENV_NODE_INDEX})"},
+        {"name": ENV_NODE_NAME, "value": node_name(job_id, f"$({ENV_NODE_INDEX})", run=run)},
     ]
     return own + configured
 
@@ -822,6 +857,7 @@ def _manifest(
         LABEL_JOB_ID: str(job.job_id),
         LABEL_MANAGED_BY: "k8s-bridge",
     }
+    run_label = {LABEL_RUN: str(job.restart_count)} if job.restart_count else {}
     labels = {**shared.labels, **identity, LABEL_PARTITION: _label_value(partition), **queue.labels()}
     if max_exec is not None:
         labels[_KUEUE_MAX_EXEC] = str(max_exec)
@@ -855,7 +891,7 @@ def _manifest(
         "image": template.image,
         "command": ["/bin/sh", "-c", SLURMD_ENTRY, SLURMD_ENTRY_NAME, *template.command],
         "args": args,
-        "env": _env(slurm, job_id=job.job_id),
+        "env": _env(slurm, job_id=job.job_id, run=job.restart_count),
         "resources": {"requests": dict(requests), "limits": dict(requests)},
     }
     if template.image_pull_policy is not None:
@@ -883,7 +919,7 @@ def _manifest(
     if template.priority_class_name is not None:
         pod_spec["priorityClassName"] = template.priority_class_name
 
-    pod_metadata: dict[str, Any] = {"labels": {**shared.labels, **identity}}
+    pod_metadata: dict[str, Any] = {"labels": {**shared.labels, **identity, **run_label}}
     if pod_annotations:
         pod_metadata["annotations"] = pod_annotations
     count = len(names)

@@ -49,6 +49,8 @@ from tests.fixtures.e2e import (
     finished,
     job_output,
     jobset,
+    jobset_of_job,
+    on_its_own_nodes,
     running_pods,
     stack_summary,
     task_nodes,
@@ -56,7 +58,7 @@ from tests.fixtures.e2e import (
     workload_state_of,
 )
 from tests.fixtures.slurm import _keep_workdir, started_cluster
-from translators.slurm import job_selector, jobset_name
+from translators.slurm import is_own_node_name, job_selector, jobset_name
 
 pytestmark = pytest.mark.slurm
 
@@ -257,17 +259,15 @@ def completed_once(stack: E2EStack, job: SlurmJob) -> None:
 
 async def wait_cleaned_up(manager: E2EStack, worker: E2EStack, job_id: int, bridge: BridgeProcess) -> None:
     """The job's JobSet and pods are gone in both clusters, its Slurm nodes from slurmctld."""
-    name = jobset_name(manager.cluster_name, job_id)
     selector = job_selector(manager.cluster_name, job_id)
-    mine = {f"b{job_id}-{i}" for i in range(8)}
 
     def gone() -> bool:
         return (
-            jobset(manager, name) is None
-            and jobset(worker, name) is None
+            jobset_of_job(manager, job_id) is None
+            and jobset_of_job(worker, job_id) is None
             and not manager.pods(labelSelector=selector)
             and not worker.pods(labelSelector=selector)
-            and not mine & set(manager.slurm_nodes())
+            and not any(is_own_node_name(job_id, n) for n in manager.slurm_nodes())
         )
 
     await eventually(
@@ -449,7 +449,7 @@ async def test_a_worker_lost_while_the_job_runs_the_job_is_requeued_held_and_com
                 what="to run again through the other worker", stack=e2e, bridge=bridge,
             )  # fmt: skip
             assert again.is_running, again
-            assert sorted(again.nodes) == [f"b{job_id}-0", f"b{job_id}-1"], again
+            assert on_its_own_nodes(again, 2), again
             assert len(remote_pods_running(spare, e2e, job_id)) == 2
             assert workload_state_of(e2e, name) is WorkloadState.ADMITTED
         finally:
@@ -494,9 +494,9 @@ async def test_a_worker_lost_while_the_job_runs_the_job_is_requeued_held_and_com
             stack=e2e, bridge=bridge,
         )  # fmt: skip
         assert done.state == JobState.COMPLETED, done
-        assert sorted(done.nodes) == [f"b{job_id}-0", f"b{job_id}-1"], done
+        assert on_its_own_nodes(done, 2), done
         output = job_output(e2e, f"job-{job_id}.out")
-        assert set(task_nodes(output)) == {f"b{job_id}-0", f"b{job_id}-1"}, output
+        assert set(task_nodes(output)) == set(done.nodes), output
         print(
             f"worker lost: requeued {done.restart_count} time(s) "
             f"({done.restart_count - again.restart_count} after the lost worker came back)"

@@ -62,6 +62,8 @@ from tests.fixtures.slurm_decisions import (
 )
 from translators.slurm import (
     FINALIZER,
+    LABEL_JOB_ID,
+    LABEL_RUN,
     SHAPE_PREFIX,
     Translation,
     shape_fingerprint,
@@ -1195,6 +1197,18 @@ def test_pods_view_names_the_pods_not_being_deleted() -> None:
 
     view = PodsView.of([pod("b"), pod("a", phase="Failed"), pod("c", deleting=True)])
     assert view.undeleted == ("a", "b")
+
+
+def test_pods_view_knows_the_node_name_of_each_run() -> None:
+    """A pod of a later run registers ``b<id>r<run>-<index>`` (its JobSet was made after a requeue)."""
+
+    def pod(index: int, **run: str) -> dict[str, object]:
+        labels = {LABEL_JOB_ID: "42", "batch.kubernetes.io/job-completion-index": str(index)}
+        return {"metadata": {"name": f"p{index}", "labels": labels | run}, "status": {"phase": "Running"}}
+
+    assert PodsView.of([pod(0), pod(1)]).active_nodes == frozenset(NAMES)
+    later = PodsView.of([pod(0, **{LABEL_RUN: "2"}), pod(1, **{LABEL_RUN: "2"})])
+    assert later.active_nodes == frozenset({"b42r2-0", "b42r2-1"})
 
 
 # --- nodes deleted already are not deleted again before the node source has listed since ----------

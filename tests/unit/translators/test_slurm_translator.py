@@ -18,11 +18,13 @@ from bridge.sandbox.runner import container_command
 from bridge.slurmrest.versions import adapter_for
 from tests.fixtures.mixing import example_mixing, slurm_spec, target
 from translators.slurm import (
+    ANNOTATION_NODES,
     ANNOTATION_SHAPE,
     ENV_NODE_NAME,
     FINALIZER,
     LABEL_CLUSTER,
     LABEL_JOB_ID,
+    LABEL_RUN,
     MAX_JOBSET_NAME_LENGTH,
     REPLICATED_JOB,
     SHAPE_PREFIX,
@@ -32,9 +34,12 @@ from translators.slurm import (
     TranslationOptions,
     Untranslatable,
     UntranslatableCode,
+    is_own_node_name,
     job_feature,
     job_selector,
     jobset_name,
+    node_name,
+    node_name_job_id,
     node_names,
     shape_fingerprint,
     translate,
@@ -165,10 +170,37 @@ class TestRealJobs:
         job = load_job("rest-24.11-job2-requeuehold-v0.0.42.json", "v0.0.42")
         # the reference run pinned to a hand-made node "dyn1": not a node the bridge made
         assert refused(job).code is UntranslatableCode.REQUIRED_NODES
-        # after the bridge's own pin and a requeue-hold, required nodes and constraint are its own
-        fresh = job.model_copy(update={"required_nodes": (), "features": "", "restart_count": 0})
-        again = job.model_copy(update={"required_nodes": tuple(node_names(job)), "features": job_feature(2)})
+        # after the bridge's own pin (of the run before) and a requeue-hold, required nodes and
+        # constraint are its own: the job translates as if never pinned
+        assert job.restart_count == 1
+        first_run = tuple(node_name(2, i) for i in range(job.node_count or 0))
+        fresh = job.model_copy(update={"required_nodes": (), "features": ""})
+        again = job.model_copy(update={"required_nodes": first_run, "features": job_feature(2)})
         assert served(again).manifest == served(fresh).manifest
+
+    def test_a_later_run_gets_a_jobset_and_nodes_of_other_names(self) -> None:
+        """What slurmctld still sends a requeued job's previous nodes (their run's termination) must
+        not reach the next run's, nor MultiKueue take a worker's stale copy for the new JobSet."""
+        first = served(held(node_count=2))
+        later = served(held(node_count=2, restart_count=3))
+        assert (first.name, first.node_names) == ("slurm-hpc-42", ("b42-0", "b42-1"))
+        assert (later.name, later.node_names) == ("slurm-hpc-42-r3", ("b42r3-0", "b42r3-1"))
+        pod = later.manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        assert env["K8S_BRIDGE_NODE_NAME"] == "b42r3-$(K8S_BRIDGE_NODE_INDEX)"
+        assert pod["metadata"]["labels"][LABEL_RUN] == "3"
+        assert later.manifest["metadata"]["annotations"][ANNOTATION_NODES] == "b42r3-0,b42r3-1"
+        assert (
+            LABEL_RUN
+            not in first.manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"][
+                "labels"
+            ]
+        )
+        assert all(is_own_node_name(42, n) for n in (*first.node_names, *later.node_names))
+        assert not any(is_own_node_name(4, n) or is_own_node_name(421, n) for n in later.node_names)
+        assert [node_name_job_id(n) for n in ("b42r3-1", "b42-0", "b42r-0", "b42-r3-0", "c42-0")] == [
+            42, 42, None, None, None,
+        ]  # fmt: skip
 
     def test_the_site_example_configuration(self) -> None:
         spec = WorkloadMixingSpec.model_validate(example_mixing()["spec"])
