@@ -480,6 +480,23 @@ class TestNames:
         if a != b:
             assert jobset_name(a, job_id) != jobset_name(b, job_id)
 
+    @given(
+        cluster=st.text(max_size=80),
+        job_id=st.integers(min_value=1, max_value=2**32 - 1),
+        runs=st.tuples(st.integers(0, 10**6), st.integers(0, 10**6)),
+    )
+    def test_each_run_its_own_valid_name(self, cluster: str, job_id: int, runs: tuple[int, int]) -> None:
+        """A later run's JobSet and nodes: valid, short enough, and never those of another run."""
+        first, second = runs
+        name = jobset_name(cluster, job_id, run=first)
+        assert DNS_1035.match(name), name
+        assert len(name) <= MAX_JOBSET_NAME_LENGTH
+        node = node_name(job_id, 0, run=first)
+        assert node_name_job_id(node) == job_id
+        if first != second:
+            assert name != jobset_name(cluster, job_id, run=second)
+            assert node != node_name(job_id, 0, run=second)
+
 
 # --- the job's shape: what of the job made its JobSet -------------------------------------------
 
