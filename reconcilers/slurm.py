@@ -621,7 +621,8 @@ class Observed:
     admin hold of its job is an administrator's. False on an older bridge's JobSet."""
     workload: WorkloadView | None = None
     nodes: tuple[SlurmNode, ...] = ()
-    """The dynamic nodes registered for this job (feature ``bridge-job-<id>`` or name ``b<id>[r<run>]-<i>``)."""
+    """The dynamic nodes registered for this job (feature ``bridge-job-<id>``, else a name
+    ``b<id>[r<run>]-<i>``)."""
     pods: PodsView = field(default_factory=PodsView)
     completed_indexes: str = ""
     """``status.completedIndexes`` of the JobSet's Job: slurmd pods that ended with 0 (a slurmd that
