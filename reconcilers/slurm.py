@@ -99,7 +99,7 @@ from bridge.slurmrest.errors import (
     SlurmUnavailable,
 )
 from reconcilers.queue_positions import MISSING_AGE, QueuePositionSource
-from reconcilers.slurm_deletions import NodeDeletions, NodeListings
+from reconcilers.slurm_expectations import NodeListings, NodeWrites, RemovedFinalizers
 from reconcilers.slurm_reservations import ReservationCache
 from reconcilers.slurm_waiting import (
     RETRY_AFTER_GIVE_BACK,
@@ -661,10 +661,16 @@ class Observed:
     may show it a poll later (the conversion does not poll at once), and converting again on each
     event of the queued job would be one write to slurmctld each."""
     nodes_deleted: frozenset[str] = frozenset()
-    """Nodes of this job this process deleted and not to delete again (``slurm_deletions``): shown
+    """Nodes of this job this process deleted and not to delete again (``slurm_expectations``): shown
     ones until a whole list begun after the deletion still shows them, recorded names the store does
     not show for good. Deleting them on each event of a job being cleaned up would be one call each
     (an ``scontrol delete`` subprocess on 22.05)."""
+    nodes_drained: frozenset[str] = frozenset()
+    """Nodes of this job this process drained, shown undrained by no whole list begun since: not
+    drained again (``slurm_expectations``; an ``scontrol update`` subprocess each on 22.05)."""
+    finalizer_removed: bool = False
+    """This process removed the bridge's finalizer from the JobSet the informer still shows with it
+    (``slurm_expectations``): not removed again."""
     comment_due: bool = True
     """A comment saying why the job waits in Kueue may be written now (the reconciler bounds how
     often, per job and in all)."""
@@ -820,7 +826,11 @@ def _cleanup(
 ) -> Decision:
     """Drain the nodes, delete the JobSet, delete the nodes, then drop the finalizer (in order)."""
     actions: list[Action] = []
-    live = [n for n in o.nodes if not n.is_drained_or_draining and n.state is not NodeState.DOWN]
+    live = [
+        n
+        for n in o.nodes
+        if not n.is_drained_or_draining and n.state is not NodeState.DOWN and n.name not in o.nodes_drained
+    ]
     if live:
         actions.append(DrainNodes(names=tuple(n.name for n in live), reason=f"k8s-bridge: {why}"))
     js = o.jobset
@@ -858,7 +868,7 @@ def _cleanup(
     if names:
         down = tuple(n.name for n in o.nodes if n.state is NodeState.DOWN)
         actions.append(DeleteNodes(names=names, down_already=down))
-    if js is not None and o.has_finalizer:
+    if js is not None and o.has_finalizer and not o.finalizer_removed:
         actions.append(RemoveFinalizer())
     if not actions:
         return Decision(phase=phase, why=f"{why}; nothing left to clean up")
@@ -1864,9 +1874,12 @@ class SlurmReconciler:
         )
         self._metrics = metrics
         self._nodes_trigger = nodes_trigger
-        self._deletions = NodeDeletions(node_listings) if node_listings is not None else None
+        self._deletions = NodeWrites(node_listings) if node_listings is not None else None
         """The nodes deleted until the node source has listed whole since; None: not remembered
         (every look deletes what it sees)."""
+        self._drains = NodeWrites(node_listings) if node_listings is not None else None
+        """The nodes drained, likewise."""
+        self._removed_finalizers = RemovedFinalizers()
         self._recorder = recorder
         self._on_phases = on_phases
         self._wall_clock = wall_clock
@@ -1939,11 +1952,14 @@ class SlurmReconciler:
             self._converted.discard(key)
         if key in self._converted:
             observed = replace(observed, hold_converted=True)
-        if self._deletions is not None:
+        if self._deletions is not None and self._drains is not None:
             shown = {n.name for n in observed.nodes}
             deleted = self._deletions.done_already(shown=shown, recorded=observed.jobset_nodes)
-            if deleted:
-                observed = replace(observed, nodes_deleted=deleted)
+            drained = self._drains.done_already(shown=shown)
+            if deleted or drained:
+                observed = replace(observed, nodes_deleted=deleted, nodes_drained=drained)
+        if observed.jobset is not None and observed.jobset.uid in self._removed_finalizers:
+            observed = replace(observed, finalizer_removed=observed.has_finalizer)
         wait = self._comments.wait(key)
         if wait > 0:
             observed = replace(observed, comment_due=False, comment_retry=self._comments.retry(key, wait))
@@ -2153,6 +2169,7 @@ class SlurmReconciler:
     async def _add_finalizer(self, o: Observed, raw_js: Object | None, action: AddFinalizer) -> None:
         if raw_js is not None:
             await add_finalizer(self._client, raw_js, FINALIZER, field_manager=FIELD_MANAGER)
+            self._removed_finalizers.added(str(raw_js["metadata"].get("uid", "")))
 
     async def _remove_finalizer(self, o: Observed, raw_js: Object | None, action: RemoveFinalizer) -> None:
         if raw_js is None:
@@ -2167,6 +2184,7 @@ class SlurmReconciler:
             await remove_finalizer(self._client, fresh, FINALIZER, field_manager=FIELD_MANAGER)
         except NotFound:
             pass
+        self._removed_finalizers.removed(str(meta.get("uid", "")))
 
     async def _delete_jobset(self, o: Observed, raw_js: Object | None, action: DeleteJobSet) -> Object | None:
         """The API server's answer: the JobSet with its deletionTimestamp (it keeps the bridge's
@@ -2199,6 +2217,8 @@ class SlurmReconciler:
         for name in action.names:
             with contextlib.suppress(InvalidNodeName):
                 await self._slurm.drain_node(name, reason=action.reason)
+            if self._drains is not None:
+                self._drains.made(name)
 
     async def _down_nodes(self, o: Observed, raw_js: Object | None, action: DownNodes) -> None:
         for name in action.names:
@@ -2219,7 +2239,7 @@ class SlurmReconciler:
                     reason=f"k8s-bridge: job {o.job_id} done",
                 )
             if self._deletions is not None:
-                self._deletions.deleted(name)
+                self._deletions.made(name)
 
     async def _hold(self, o: Observed, raw_js: Object | None, action: Hold) -> None:
         try:

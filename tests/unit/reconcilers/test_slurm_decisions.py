@@ -1224,6 +1224,18 @@ def test_stale_nodes_deleted_already_are_waited_for_not_deleted_again() -> None:
     assert one_left.actions == (DeleteNodes(names=NAMES[1:]),)
 
 
+def test_a_cleanup_drains_only_nodes_not_drained_already_and_drops_the_finalizer_once() -> None:
+    ending = running(state=JobState.CANCELLED, state_flags=frozenset({"COMPLETING"}))
+    o = observe(ending, js=jobset(state=JobSetState.ACTIVE), wl=workload(WorkloadState.ADMITTED), nodes=IDLE)
+    assert decide(o).actions[0] == DrainNodes(names=NAMES, reason="k8s-bridge: the job ended (CANCELLED)")
+    d = decide(replace(o, nodes_drained=frozenset(NAMES[:1])))
+    assert d.actions[0] == DrainNodes(names=NAMES[1:], reason="k8s-bridge: the job ended (CANCELLED)")
+    assert "drain_nodes" not in kinds(decide(replace(o, nodes_drained=frozenset(NAMES))))
+    done = observe(running(state=JobState.COMPLETED), js=jobset(deleting=True), nodes=())
+    assert kinds(decide(done)) == ["remove_finalizer"]
+    assert decide(replace(done, finalizer_removed=True)).actions == ()
+
+
 def test_a_cleanup_skips_nodes_deleted_already_and_still_drops_the_finalizer() -> None:
     finished = workload(WorkloadState.FINISHED)
     ended = observe(job(state=JobState.COMPLETED), js=jobset(deleting=True), wl=finished, nodes=IDLE)

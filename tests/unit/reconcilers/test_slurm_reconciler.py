@@ -909,6 +909,49 @@ async def test_deleted_nodes_are_not_deleted_again_on_every_event_of_the_cleanup
     assert deletes() == ["b42-0", "b42-1", "b42-0"]
 
 
+async def test_drained_nodes_are_not_drained_again_on_every_event_of_the_cleanup() -> None:
+    """Cancelled and still COMPLETING on its nodes (which are not deleted before it has completed):
+    each node is drained once, whatever the events meanwhile; a whole list begun after the drain
+    that still shows a node undrained has it drained again."""
+    w = World(held(state=JobState.CANCELLED, hold=False, state_flags=frozenset({"COMPLETING"})))
+    w.add_jobset(jobset_object(suspended=False, finalizers=[FINALIZER, "foregroundDeletion"]))
+    w.workloads.put(workload_object(admitted=True))
+    for name in ("b42-0", "b42-1"):
+        w.nodes.put(node_object(idle(name)))
+    w.node_lists.list_begun()  # in flight during the drain: begun before it
+    await w.reconcile()
+
+    def drains() -> list[str]:
+        return [c[1] for c in w.slurm.calls if c[0] == "drain"]
+
+    assert drains() == ["b42-0", "b42-1"]
+    await w.reconcile()
+    w.node_lists.list_stored()  # begun before the drain: it proves nothing
+    await w.reconcile()
+    assert drains() == ["b42-0", "b42-1"]
+    w.node_lists.list_begun()
+    w.node_lists.list_stored()  # begun after the drain, and it still shows both undrained
+    await w.reconcile()
+    assert drains() == ["b42-0", "b42-1", "b42-0", "b42-1"]
+
+
+async def test_a_removed_finalizer_is_not_removed_again_while_the_cache_still_shows_it() -> None:
+    """The JobSet's deletion and its finalizer's removal are done; until the informer shows the
+    JobSet gone, the events of its end reconcile the job again and write nothing (each try was a read
+    of the JobSet, found gone, before)."""
+    w = World(held(state=JobState.CANCELLED, hold=False))
+    w.add_jobset(jobset_object())
+    w.workloads.put(workload_object(admitted=False))
+    await w.reconcile()
+    assert [c[0] for c in w.kube.calls] == ["delete", "patch"]
+    deleting = jobset_object(deleting=True)
+    w.jobsets.put(deleting)  # the delete's echo; the patch's is still on its way
+    calls, gets = len(w.kube.calls), w.kube.gets
+    await w.reconcile()
+    await w.reconcile()
+    assert (len(w.kube.calls), w.kube.gets) == (calls, gets)
+
+
 async def test_a_jobset_that_may_have_pods_is_deleted_in_the_foreground() -> None:
     """Its pods may still run slurmd: the JobSet, with the node names recorded on it, stays until the
     garbage collector has deleted them."""

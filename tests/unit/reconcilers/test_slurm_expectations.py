@@ -1,8 +1,9 @@
-"""The memory of deleted nodes: shown ones until a list begun after says, recorded ones for good."""
+"""The memories of writes: nodes (shown ones until a list begun after says, recorded ones for good)
+and removed finalizers."""
 
 from __future__ import annotations
 
-from reconcilers.slurm_deletions import NodeDeletions
+from reconcilers.slurm_expectations import NodeWrites, RemovedFinalizers
 
 
 class Lists:
@@ -18,8 +19,8 @@ class Lists:
 def test_a_shown_node_is_done_until_a_list_begun_after_the_deletion_still_shows_it() -> None:
     lists = Lists()
     lists.whole_list()
-    deletions = NodeDeletions(lists)
-    deletions.deleted("b42-0")
+    deletions = NodeWrites(lists)
+    deletions.made("b42-0")
     assert deletions.done_already(shown={"b42-0", "b42-1"}, recorded=()) == {"b42-0"}
     lists.lists += 1  # begun, not answered yet
     assert deletions.done_already(shown={"b42-0"}, recorded=()) == {"b42-0"}
@@ -29,8 +30,8 @@ def test_a_shown_node_is_done_until_a_list_begun_after_the_deletion_still_shows_
 
 def test_a_recorded_name_not_shown_is_deleted_once_whatever_the_lists_and_again_once_it_shows() -> None:
     lists = Lists()
-    deletions = NodeDeletions(lists)
-    deletions.deleted("b42-1")  # recorded on the JobSet, never registered
+    deletions = NodeWrites(lists)
+    deletions.made("b42-1")  # recorded on the JobSet, never registered
     for _ in range(3):
         lists.whole_list()
         assert deletions.done_already(shown=set(), recorded=["b42-1"]) == {"b42-1"}
@@ -39,8 +40,21 @@ def test_a_recorded_name_not_shown_is_deleted_once_whatever_the_lists_and_again_
 
 
 def test_the_oldest_deletions_are_forgotten_beyond_the_bound() -> None:
-    deletions = NodeDeletions(Lists(), remembered=3)
+    deletions = NodeWrites(Lists(), remembered=3)
     for i in range(5):
-        deletions.deleted(f"b{i}-0")
+        deletions.made(f"b{i}-0")
     assert len(deletions) == 3
     assert deletions.done_already(shown=set(), recorded=["b0-0", "b4-0"]) == {"b4-0"}
+
+
+def test_a_removed_finalizer_is_remembered_until_added_again_within_the_bound() -> None:
+    removed = RemovedFinalizers(remembered=2)
+    removed.removed("uid-1")
+    assert "uid-1" in removed
+    removed.added("uid-1")
+    assert "uid-1" not in removed
+    for uid in ("uid-2", "uid-3", "uid-4"):
+        removed.removed(uid)
+    assert len(removed) == 2
+    assert "uid-2" not in removed
+    assert "uid-4" in removed
