@@ -99,7 +99,7 @@ from bridge.slurmrest.errors import (
     SlurmUnavailable,
 )
 from reconcilers.queue_positions import MISSING_AGE, QueuePositionSource
-from reconcilers.slurm_expectations import NodeListings, NodeWrites, RemovedFinalizers
+from reconcilers.slurm_expectations import NodeListings, NodeWrites, Remembered
 from reconcilers.slurm_reservations import ReservationCache
 from reconcilers.slurm_waiting import (
     RETRY_AFTER_GIVE_BACK,
@@ -668,6 +668,9 @@ class Observed:
     nodes_drained: frozenset[str] = frozenset()
     """Nodes of this job this process drained, shown undrained by no whole list begun since: not
     drained again (``slurm_expectations``; an ``scontrol update`` subprocess each on 22.05)."""
+    pods_deleted: frozenset[str] = frozenset()
+    """Of ``pods.undeleted``, those this process deleted already (``slurm_expectations``): the
+    informer shows their deletion a moment later; not deleted again meanwhile."""
     finalizer_removed: bool = False
     """This process removed the bridge's finalizer from the JobSet the informer still shows with it
     (``slurm_expectations``): not removed again."""
@@ -842,8 +845,8 @@ def _cleanup(
             actions.append(DeleteJobSet(foreground=False))  # its pods are gone: the wait is over
         elif o.child_jobs_to_delete:
             actions.append(DeleteChildJobs(names=o.child_jobs_to_delete))
-        elif o.pods.undeleted:
-            actions.append(DeletePods(names=o.pods.undeleted))
+        elif undeleted := tuple(n for n in o.pods.undeleted if n not in o.pods_deleted):
+            actions.append(DeletePods(names=undeleted))
     # The nodes the node source has seen, and the names recorded on the JobSet whenever one of them
     # could exist unseen (registered after the last node poll): those must not leak when the
     # finalizer goes. A node that registers after this pass is seen at the next node poll, which
@@ -1879,7 +1882,10 @@ class SlurmReconciler:
         (every look deletes what it sees)."""
         self._drains = NodeWrites(node_listings) if node_listings is not None else None
         """The nodes drained, likewise."""
-        self._removed_finalizers = RemovedFinalizers()
+        self._removed_finalizers = Remembered()
+        """JobSet uids whose finalizer this process removed."""
+        self._deleted_pods = Remembered()
+        """``<namespace>/<name>`` of the pods this process deleted."""
         self._recorder = recorder
         self._on_phases = on_phases
         self._wall_clock = wall_clock
@@ -1952,18 +1958,32 @@ class SlurmReconciler:
             self._converted.discard(key)
         if key in self._converted:
             observed = replace(observed, hold_converted=True)
-        if self._deletions is not None and self._drains is not None:
-            shown = {n.name for n in observed.nodes}
-            deleted = self._deletions.done_already(shown=shown, recorded=observed.jobset_nodes)
-            drained = self._drains.done_already(shown=shown)
-            if deleted or drained:
-                observed = replace(observed, nodes_deleted=deleted, nodes_drained=drained)
-        if observed.jobset is not None and observed.jobset.uid in self._removed_finalizers:
-            observed = replace(observed, finalizer_removed=observed.has_finalizer)
+        observed = self._with_expectations(observed, raw_js)
         wait = self._comments.wait(key)
         if wait > 0:
             observed = replace(observed, comment_due=False, comment_retry=self._comments.retry(key, wait))
         return observed, raw_js
+
+    def _with_expectations(self, observed: Observed, raw_js: Object | None) -> Observed:
+        """What this process wrote and the caches do not show yet (``slurm_expectations``), so that
+        the decision does not write it again."""
+        shown = {n.name for n in observed.nodes}
+        deleted = drained = frozenset[str]()
+        if self._deletions is not None and self._drains is not None:
+            deleted = self._deletions.done_already(shown=shown, recorded=observed.jobset_nodes)
+            drained = self._drains.done_already(shown=shown)
+        namespace = raw_js["metadata"].get("namespace") if raw_js is not None else None
+        pods = frozenset(n for n in observed.pods.undeleted if f"{namespace}/{n}" in self._deleted_pods)
+        removed = observed.jobset is not None and observed.jobset.uid in self._removed_finalizers
+        if not (deleted or drained or pods or removed):
+            return observed
+        return replace(
+            observed,
+            nodes_deleted=deleted,
+            nodes_drained=drained,
+            pods_deleted=pods,
+            finalizer_removed=removed and observed.has_finalizer,
+        )
 
     async def _reservations_for(self, job: SlurmJob | None) -> Mapping[str, SlurmReservation] | None:
         """slurmctld's reservations when ``job`` asks for one (read at most every few seconds)."""
@@ -2169,7 +2189,7 @@ class SlurmReconciler:
     async def _add_finalizer(self, o: Observed, raw_js: Object | None, action: AddFinalizer) -> None:
         if raw_js is not None:
             await add_finalizer(self._client, raw_js, FINALIZER, field_manager=FIELD_MANAGER)
-            self._removed_finalizers.added(str(raw_js["metadata"].get("uid", "")))
+            self._removed_finalizers.discard(str(raw_js["metadata"].get("uid", "")))
 
     async def _remove_finalizer(self, o: Observed, raw_js: Object | None, action: RemoveFinalizer) -> None:
         if raw_js is None:
@@ -2184,7 +2204,7 @@ class SlurmReconciler:
             await remove_finalizer(self._client, fresh, FINALIZER, field_manager=FIELD_MANAGER)
         except NotFound:
             pass
-        self._removed_finalizers.removed(str(meta.get("uid", "")))
+        self._removed_finalizers.add(str(meta.get("uid", "")))
 
     async def _delete_jobset(self, o: Observed, raw_js: Object | None, action: DeleteJobSet) -> Object | None:
         """The API server's answer: the JobSet with its deletionTimestamp (it keeps the bridge's
@@ -2205,6 +2225,7 @@ class SlurmReconciler:
         namespace = raw_js["metadata"].get("namespace") if raw_js is not None else None
         for name in action.names:
             await self._client.delete("v1", "Pod", name, namespace=namespace, missing_ok=True)
+            self._deleted_pods.add(f"{namespace}/{name}")
 
     async def _delete_child_jobs(self, o: Observed, raw_js: Object | None, action: DeleteChildJobs) -> None:
         namespace = raw_js["metadata"].get("namespace") if raw_js is not None else None

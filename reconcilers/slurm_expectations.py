@@ -13,9 +13,11 @@ restarts writes once more, which is harmless.
   write did not take, or the node registered anew). A name recorded on the JobSet that the node
   source does not show (its slurmd may have registered after the last list) is deleted once; should
   it register later, the node source shows it, the job is reconciled, and the first rule applies.
-- :class:`RemovedFinalizers`, by JobSet uid: the bridge's finalizer, once removed, is not removed
-  again while the informer still shows the JobSet with it (each try was a read and a patch that
-  found the JobSet gone). Only the bridge adds that finalizer, and it forgets the uid when it does.
+- :class:`Remembered`, for Kubernetes objects: the JobSets (by uid) whose finalizer the bridge
+  removed, not removed again while the informer still shows the JobSet with it (each try was a read
+  and a patch that found the JobSet gone; only the bridge adds that finalizer, and it forgets the
+  uid when it does); and the slurmd pods it deleted (by namespace and name, names being generated),
+  not deleted again while the informer still shows them undeleted.
 
 The last :data:`REMEMBERED` writes of each kind are kept; one forgotten costs one more write.
 """
@@ -26,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Collection, Iterable
 from typing import Protocol
 
-__all__ = ["REMEMBERED", "NodeListings", "NodeWrites", "RemovedFinalizers"]
+__all__ = ["REMEMBERED", "NodeListings", "NodeWrites", "Remembered"]
 
 REMEMBERED = 10_000
 """Writes kept per memory (a name and a number each); the oldest go first."""
@@ -77,24 +79,25 @@ class NodeWrites:
         return len(self._written)
 
 
-class RemovedFinalizers:
-    """The JobSets (by uid) whose finalizer this process removed."""
+class Remembered:
+    """A bounded memory of things written (JobSet uids whose finalizer was removed, pods deleted):
+    the last ``remembered``, the oldest forgotten first."""
 
     def __init__(self, *, remembered: int = REMEMBERED) -> None:
         self._remembered = remembered
-        self._uids: OrderedDict[str, None] = OrderedDict()
+        self._items: OrderedDict[str, None] = OrderedDict()
 
-    def removed(self, uid: str) -> None:
-        self._uids[uid] = None
-        self._uids.move_to_end(uid)
-        if len(self._uids) > self._remembered:
-            self._uids.popitem(last=False)
+    def add(self, item: str) -> None:
+        self._items[item] = None
+        self._items.move_to_end(item)
+        if len(self._items) > self._remembered:
+            self._items.popitem(last=False)
 
-    def added(self, uid: str) -> None:
-        self._uids.pop(uid, None)
+    def discard(self, item: str) -> None:
+        self._items.pop(item, None)
 
-    def __contains__(self, uid: object) -> bool:
-        return uid in self._uids
+    def __contains__(self, item: object) -> bool:
+        return item in self._items
 
     def __len__(self) -> int:
-        return len(self._uids)
+        return len(self._items)

@@ -1178,6 +1178,10 @@ def test_orphaned_pods_of_a_foreground_deletion_are_deleted_once_no_job_of_it_is
     pods = PodsView(active=1, present=2, running=1, undeleted=("js-0",))
     d = decide(observe(None, js=js, wl=wl, pods=pods, has_finalizer=False))
     assert DeletePods(names=("js-0",)) in d.actions
+    deleted_already = decide(
+        observe(None, js=js, wl=wl, pods=pods, has_finalizer=False, pods_deleted={"js-0"})
+    )
+    assert not any(isinstance(a, DeletePods) for a in deleted_already.actions)
     with_job = decide(observe(None, js=js, wl=wl, pods=pods, child_jobs_to_delete=("js-slurmd-0",),
                               has_finalizer=False))  # fmt: skip
     assert not any(isinstance(a, DeletePods) for a in with_job.actions)

@@ -3,7 +3,7 @@ and removed finalizers."""
 
 from __future__ import annotations
 
-from reconcilers.slurm_expectations import NodeWrites, RemovedFinalizers
+from reconcilers.slurm_expectations import NodeWrites, Remembered
 
 
 class Lists:
@@ -47,14 +47,14 @@ def test_the_oldest_deletions_are_forgotten_beyond_the_bound() -> None:
     assert deletions.done_already(shown=set(), recorded=["b0-0", "b4-0"]) == {"b4-0"}
 
 
-def test_a_removed_finalizer_is_remembered_until_added_again_within_the_bound() -> None:
-    removed = RemovedFinalizers(remembered=2)
-    removed.removed("uid-1")
+def test_a_write_is_remembered_until_discarded_within_the_bound() -> None:
+    removed = Remembered(remembered=2)
+    removed.add("uid-1")
     assert "uid-1" in removed
-    removed.added("uid-1")
+    removed.discard("uid-1")
     assert "uid-1" not in removed
     for uid in ("uid-2", "uid-3", "uid-4"):
-        removed.removed(uid)
+        removed.add(uid)
     assert len(removed) == 2
     assert "uid-2" not in removed
     assert "uid-4" in removed

@@ -1154,6 +1154,24 @@ async def test_a_foreground_deletion_with_running_pods_deletes_their_jobs_in_the
     assert ("delete", "JobSet", "slurm-hpc-42", "Background") in w.kube.calls
 
 
+async def test_an_orphaned_pod_deleted_is_not_deleted_again_while_the_cache_shows_it_undeleted() -> None:
+    """The events that follow the deletion reconcile the job before the pod's own echo: no second
+    delete of it."""
+    w = World()  # the job is gone from slurmctld
+    w.add_jobset(jobset_object(deleting=True, suspended=False, finalizers=["foregroundDeletion"]))
+    w.workloads.put(workload_object(admitted=True))
+    labels = child_job(owner_uid="js-uid", failed=0)["metadata"]["labels"]
+    meta = {"name": "slurm-hpc-42-0", "namespace": "default", "labels": dict(labels)}
+    w.pods.put({"apiVersion": "v1", "kind": "Pod", "status": {"phase": "Running"}, "metadata": meta})
+    await w.reconcile()
+    await w.reconcile()
+
+    def pod_deletes() -> int:
+        return sum(1 for c in w.kube.calls if c[:2] == ("delete", "Pod"))
+
+    assert pod_deletes() == 1
+
+
 @pytest.mark.parametrize(
     ("finalizers", "deleted_again"),
     [(["foregroundDeletion"], True), ([], False)],
