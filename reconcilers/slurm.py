@@ -668,6 +668,8 @@ class Observed:
     nodes_drained: frozenset[str] = frozenset()
     """Nodes of this job this process drained, shown undrained by no whole list begun since: not
     drained again (``slurm_expectations``; an ``scontrol update`` subprocess each on 22.05)."""
+    child_jobs_deleted: frozenset[str] = frozenset()
+    """Of ``child_jobs_to_delete``, those this process deleted already (``slurm_expectations``)."""
     pods_deleted: frozenset[str] = frozenset()
     """Of ``pods.undeleted``, those this process deleted already (``slurm_expectations``): the
     informer shows their deletion a moment later; not deleted again meanwhile."""
@@ -843,8 +845,8 @@ def _cleanup(
     elif js is not None and delete_jobset and js.waits_for_dependents:
         if not o.pods.present:
             actions.append(DeleteJobSet(foreground=False))  # its pods are gone: the wait is over
-        elif o.child_jobs_to_delete:
-            actions.append(DeleteChildJobs(names=o.child_jobs_to_delete))
+        elif child_jobs := tuple(n for n in o.child_jobs_to_delete if n not in o.child_jobs_deleted):
+            actions.append(DeleteChildJobs(names=child_jobs))
         elif undeleted := tuple(n for n in o.pods.undeleted if n not in o.pods_deleted):
             actions.append(DeletePods(names=undeleted))
     # The nodes the node source has seen, and the names recorded on the JobSet whenever one of them
@@ -1886,6 +1888,9 @@ class SlurmReconciler:
         """JobSet uids whose finalizer this process removed."""
         self._deleted_pods = Remembered()
         """``<namespace>/<name>`` of the pods this process deleted."""
+        self._deleted_child_jobs = Remembered()
+        """``<JobSet uid>/<name>`` of the JobSets' Jobs this process deleted (a JobSet made again
+        under the same name makes its Job under the same name too)."""
         self._recorder = recorder
         self._on_phases = on_phases
         self._wall_clock = wall_clock
@@ -1974,14 +1979,19 @@ class SlurmReconciler:
             drained = self._drains.done_already(shown=shown)
         namespace = raw_js["metadata"].get("namespace") if raw_js is not None else None
         pods = frozenset(n for n in observed.pods.undeleted if f"{namespace}/{n}" in self._deleted_pods)
-        removed = observed.jobset is not None and observed.jobset.uid in self._removed_finalizers
-        if not (deleted or drained or pods or removed):
+        js_uid = observed.jobset.uid if observed.jobset is not None else ""
+        jobs = frozenset(
+            n for n in observed.child_jobs_to_delete if f"{js_uid}/{n}" in self._deleted_child_jobs
+        )
+        removed = bool(js_uid) and js_uid in self._removed_finalizers
+        if not (deleted or drained or pods or jobs or removed):
             return observed
         return replace(
             observed,
             nodes_deleted=deleted,
             nodes_drained=drained,
             pods_deleted=pods,
+            child_jobs_deleted=jobs,
             finalizer_removed=removed and observed.has_finalizer,
         )
 
@@ -2233,6 +2243,8 @@ class SlurmReconciler:
             await self._client.delete(
                 "batch/v1", "Job", name, namespace=namespace, propagation_policy="Background", missing_ok=True
             )
+            if raw_js is not None:
+                self._deleted_child_jobs.add(f"{raw_js['metadata'].get('uid', '')}/{name}")
 
     async def _drain_nodes(self, o: Observed, raw_js: Object | None, action: DrainNodes) -> None:
         for name in action.names:

@@ -16,8 +16,9 @@ restarts writes once more, which is harmless.
 - :class:`Remembered`, for Kubernetes objects: the JobSets (by uid) whose finalizer the bridge
   removed, not removed again while the informer still shows the JobSet with it (each try was a read
   and a patch that found the JobSet gone; only the bridge adds that finalizer, and it forgets the
-  uid when it does); and the slurmd pods it deleted (by namespace and name, names being generated),
-  not deleted again while the informer still shows them undeleted.
+  uid when it does); the slurmd pods it deleted (by namespace and name, names being generated) and
+  the JobSets' Jobs (by the JobSet's uid and the Job's name), not deleted again while the informer
+  still shows them undeleted.
 
 The last :data:`REMEMBERED` writes of each kind are kept; one forgotten costs one more write.
 """
@@ -80,8 +81,8 @@ class NodeWrites:
 
 
 class Remembered:
-    """A bounded memory of things written (JobSet uids whose finalizer was removed, pods deleted):
-    the last ``remembered``, the oldest forgotten first."""
+    """A bounded memory of things written (JobSet uids whose finalizer was removed, pods and Jobs
+    deleted): the last ``remembered``, the oldest forgotten first."""
 
     def __init__(self, *, remembered: int = REMEMBERED) -> None:
         self._remembered = remembered
