@@ -742,15 +742,17 @@ def _name_stem(node_name: str) -> str:
 
 def _own_pin(o: Observed, job: SlurmJob, own: tuple[str, ...]) -> tuple[str, ...]:
     """The bridge's own pin (its release), which a hold clears (``Hold.unpin``); a user's own -w
-    stays. Its nodes are all the job's own (``own``), or all those of an earlier run when a requeue's
-    unpin was cut short (a crash) before that run's JobSet went."""
+    stays. Its nodes are all the job's own (``own``), or nodes of one earlier run when a requeue's
+    unpin was cut short (a crash) before that run's JobSet went (however many: the user may have
+    resized the held job since)."""
     feature = _feature(o)
     if own and job.is_pinned_to(own, feature):
         return own
     pinned = job.required_nodes
+    stems = {_name_stem(n) for n in pinned}
     earlier_run = (
-        len(pinned) == len(own)
-        and len({_name_stem(n) for n in pinned}) == 1
+        len(stems) == 1
+        and (not own or stems != {_name_stem(own[0])})
         and all(is_own_node_name(job.job_id, n) for n in pinned)
     )
     return pinned if pinned and earlier_run and job.is_pinned_to(pinned, feature) else ()

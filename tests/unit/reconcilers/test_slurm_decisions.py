@@ -358,6 +358,15 @@ def test_a_held_job_pinned_to_its_own_nodes_is_unpinned_before_they_go(
     assert d.needs_confirmation
 
 
+def test_a_pin_to_an_earlier_runs_nodes_is_cleared_even_after_the_job_was_resized() -> None:
+    """A crash cut the requeue's unpin short and the JobSet went; the user then gave the held job a
+    third node. Its pin to the first run's two nodes is still the bridge's, cleared before a new
+    JobSet: a pending job pinned to deleted nodes fails at slurmctld's next reconfigure."""
+    resized = job(node_count=3, cpus=3, restart_count=1, required_nodes=NAMES, features=FEATURE)
+    d = decide(observe(resized))
+    assert d.actions == (Hold(reason="its pinned nodes are going away", unpin=NAMES),)
+
+
 def test_a_readmitted_pinned_job_keeps_its_pin_for_the_release() -> None:
     pinned = job(restart_count=1, required_nodes=NAMES, features=FEATURE)
     waiting = decide(
