@@ -51,6 +51,7 @@ from bridge.sandbox.processes import ManagedProcess, ProcessGroup, StackError, f
 from bridge.sandbox.runner import pod_namespaces
 from bridge.sandbox.slurm import BRIDGE_PARTITION, SlurmCluster
 from bridge.sandbox.stack import KubeStack
+from translators.slurm import node_name_job_id
 
 __all__ = [
     "CHART_CRDS",
@@ -70,7 +71,6 @@ CHART_CRDS = Path(__file__).resolve().parents[2] / "charts" / "k8s-bridge" / "cr
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
 JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2"
 MIXINGS = "/apis/bridge.k8s-bridge.io/v1alpha1/workloadmixings"
-_BRIDGE_NODE = re.compile(r"^b\d+(?:r\d+)?-\d+$")
 
 
 def local_queue_object(name: str, *, namespace: str, cluster_queue: str) -> tuple[str, dict[str, Any]]:
@@ -237,7 +237,7 @@ def bridge_node_names(cluster: SlurmCluster) -> list[str]:
     """Slurm nodes named like the bridge's dynamic nodes (``b<job>[r<run>]-<index>``) that exist now."""
     out = cluster.scontrol("show", "nodes", "--oneliner", check=False)
     names = [w.removeprefix("NodeName=") for w in out.split() if w.startswith("NodeName=")]
-    return [n for n in names if _BRIDGE_NODE.match(n)]
+    return [n for n in names if node_name_job_id(n) is not None]
 
 
 def _proc_text(pid: str, name: str) -> str:
