@@ -20,7 +20,8 @@ It also counts the Slurm jobs the slurmrestd client builds from a job list or re
 jobs parsed per poll tell whether a poll costs in proportion to the queue or to what changed.
 
 With ``K8S_BRIDGE_BENCH_PROFILE=<dir>`` the bridge runs under cProfile, dumped per phase (see
-``bench_profile.py``).
+``bench_profile.py``); with ``K8S_BRIDGE_BENCH_TRACEMALLOC=<dir>`` it writes memory snapshots there
+(see ``memory_snapshots.py``).
 
 Usage: ``python slurm_bridge_child.py <the arguments of python -m bridge.slurm>``.
 """
@@ -40,6 +41,7 @@ from bridge.slurm.program import main
 from bridge.slurmrest.versions import RestAdapter
 from tests.bench.bench_profile import PROFILE_DIR, PhaseProfiler
 from tests.bench.http_counting import install
+from tests.bench.memory_snapshots import TRACEMALLOC_DIR, start_snapshots
 
 PARSED = Counter(
     "k8s_bridge_bench_slurm_jobs_parsed_total",
@@ -80,6 +82,8 @@ def _counted_parse_job(self: RestAdapter, raw: Any) -> SlurmJob:
 
 if __name__ == "__main__":
     install()
+    if TRACEMALLOC_DIR:
+        start_snapshots(Path(TRACEMALLOC_DIR))
     if PROFILE_DIR:
         PhaseProfiler(Path(PROFILE_DIR)).start()
     RestAdapter.parse_job = _counted_parse_job  # type: ignore[method-assign]

@@ -96,6 +96,7 @@ from tests.bench.bench_support import (
     wait,
     write_result,
 )
+from tests.bench.memory_snapshots import TRACEMALLOC_DIR, TRACEMALLOC_SECONDS
 from tests.fixtures.slurm import started_cluster
 from translators.slurm import LABEL_CLUSTER, LABEL_JOB_ID, jobset_name
 
@@ -284,6 +285,9 @@ def counting_bridge(stack: E2EStack) -> BridgeProcess:
     if PROFILE_DIR:
         Path(PROFILE_DIR).mkdir(parents=True, exist_ok=True)
         bridge.env["K8S_BRIDGE_BENCH_PROFILE"] = PROFILE_DIR
+    if TRACEMALLOC_DIR:
+        bridge.env["K8S_BRIDGE_BENCH_TRACEMALLOC"] = TRACEMALLOC_DIR
+        bridge.env["K8S_BRIDGE_BENCH_TRACEMALLOC_SECONDS"] = str(TRACEMALLOC_SECONDS)
     return bridge
 
 
