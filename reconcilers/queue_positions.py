@@ -12,9 +12,10 @@ place *as shown* changed. A deep queue then costs one read per LocalQueue per po
 per job whose text moved, not a look at every queued job on a timer.
 
 Every admission ahead would move every job in line by one place, and each change would be one more
-write to slurmctld per job. :func:`position_text` therefore shows the exact place only near the head
-of the queue and ranges further back, so a job's text changes a few times over its whole wait, and
-the source compares those texts, not the numbers.
+reconcile and write to slurmctld per job. :func:`position_text` therefore shows the exact place only
+near the head of the queue and its order of magnitude further back (11th-100th, 101st-1000th): each
+admission moves one job across each boundary, so every boundary is a change in every job's wait,
+and the source compares those texts, not the numbers.
 
 A cluster may not serve the API (the feature gate off, the APIService missing, no RBAC to read it):
 it is then asked again only after :data:`RETRY_UNSERVED` seconds, and the comments carry no place.
@@ -67,7 +68,9 @@ RETRY_UNSERVED = 300.0
 """Seconds before a cluster that did not serve the visibility API is asked again."""
 EXACT_UP_TO = 10
 """Places shown exactly (1st .. 10th); further back, the range the place falls in."""
-_RANGES = (20, 50, 100, 200, 500, 1000)
+_RANGES = (100, 1000)
+"""The ends of the ranges shown beyond :data:`EXACT_UP_TO`: decades, the fewest that still say how
+far back a job is."""
 
 
 class QueuePosition(NamedTuple):
@@ -83,7 +86,7 @@ BEYOND_THE_LIST = QueuePosition(in_cluster_queue=PAGE_LIMIT, in_local_queue=PAGE
 
 
 def position_text(position: QueuePosition) -> str:
-    """``"3rd in its ClusterQueue"``, ``"21st-50th in its ClusterQueue"``: one place or a range."""
+    """``"3rd in its ClusterQueue"``, ``"11th-100th in its ClusterQueue"``: one place or a range."""
     return _place_text(position.in_cluster_queue + 1)
 
 
