@@ -81,6 +81,7 @@ from reconcilers.slurm import (
 )
 from reconcilers.slurm_reads import (
     child_job_update_matters,
+    child_job_view,
     jobset_update_matters,
     jobset_view,
     pod_update_matters,
@@ -352,6 +353,7 @@ class SlurmBridge(BridgeProgram):
             name="slurm",
             reconciler=reconciler,
             max_concurrent_reconciles=s.max_concurrent_reconciles,
+            batch_period=s.reconcile_batch_period,
             registry=self.registry,
         )
         _watch(
@@ -436,7 +438,11 @@ class _KubeSide:
                 "v1", "Pod", label_selector=LABEL_JOB_ID, indexers={INDEX_JOB: pod_job_keys}
             ),
             child_jobs=await factory.informer(
-                "batch/v1", "Job", label_selector=LABEL_JOB_ID, indexers={INDEX_JOB: pod_job_keys}
+                "batch/v1",
+                "Job",
+                label_selector=LABEL_JOB_ID,
+                indexers={INDEX_JOB: pod_job_keys},
+                view=child_job_view,
             ),
         )
 

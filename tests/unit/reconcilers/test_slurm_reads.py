@@ -13,6 +13,7 @@ from bridge.admission import describe_jobset, describe_workload
 from bridge.runtime.handlers import Object
 from reconcilers.slurm_reads import (
     child_job_update_matters,
+    child_job_view,
     jobset_update_matters,
     jobset_view,
     pod_update_matters,
@@ -166,3 +167,23 @@ def test_the_cached_workload_keeps_all_the_bridge_reads_without_its_pod_sets() -
     assert "podSets" not in view["spec"]
     assert describe_workload(view) == describe_workload(full)
     assert not workload_update_matters(full, view)
+
+
+def test_the_cached_child_job_keeps_all_the_bridge_reads_without_its_pod_template() -> None:
+    """A JobSet's Job as the JobSet controller makes it: the view reads the same to the update
+    predicate and to the observer (completed indexes, failed pods, owner, deletion)."""
+    full = copy.deepcopy(JOB)
+    full["metadata"]["deletionTimestamp"] = "2026-12-07T10:00:00Z"
+    full["metadata"]["finalizers"] = ["foregroundDeletion"]
+    full["status"].update(completedIndexes="0-1", failed=1)
+    full["spec"] = {
+        "completionMode": "Indexed",
+        "suspend": True,
+        "template": {"spec": {"containers": [{"name": "slurmd", "image": "slurmd", "args": ["-D"] * 200}]}},
+    }
+    view = child_job_view(copy.deepcopy(full))
+    assert "spec" not in view
+    assert view["metadata"] == full["metadata"]
+    assert view["status"] == full["status"]
+    assert not child_job_update_matters(full, view)
+    assert len(json.dumps(view)) < len(json.dumps(full)) / 2
