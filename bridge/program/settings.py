@@ -71,6 +71,9 @@ class ProgramSettings:
     """``-v`` flags: 1 is debug (as ``--log-level=debug``), 2 also logs the HTTP client libraries."""
     max_concurrent_reconciles: int = 16
     """Reconciles wait on the API server and the external system, not the CPU."""
+    reconcile_batch_period: float = 0.1
+    """Seconds a live event's reconcile waits for the events that follow it (one reconcile for the
+    burst one action sets off); events a program ranks urgent are not held."""
     graceful_shutdown_timeout: float = 30.0
     mixing_controller: bool = True
 
@@ -174,6 +177,17 @@ def add_run_flags(parser: argparse.ArgumentParser, *, lease_default: str, concur
         help=flag_help(concurrency_help, "max-concurrent-reconciles"),
     )
     add(
+        "--reconcile-batch-period",
+        type=float,
+        default=float(env("reconcile-batch-period", "0.1") or 0.1),
+        help=flag_help(
+            "Seconds a reconcile waits for the changes that follow the one that queued it, so that "
+            "a burst (a JobSet's deletion: its pods, its Job, its Workload) is one reconcile; urgent "
+            "events (a job's last node registering) are not held; 0: reconcile at once",
+            "reconcile-batch-period",
+        ),
+    )
+    add(
         "--graceful-shutdown-timeout",
         type=float,
         default=float(env("graceful-shutdown-timeout", "30") or 30),
@@ -208,6 +222,7 @@ def common_settings(ns: argparse.Namespace, *, run: bool) -> dict[str, Any]:
             metrics_bind_address=ns.metrics_bind_address,
             health_probe_bind_address=ns.health_probe_bind_address,
             max_concurrent_reconciles=ns.max_concurrent_reconciles,
+            reconcile_batch_period=ns.reconcile_batch_period,
             graceful_shutdown_timeout=ns.graceful_shutdown_timeout,
             mixing_controller=ns.mixing_controller,
         )
@@ -222,6 +237,8 @@ def check_common(
         parser.error(f"--config (or {ENV_PREFIX}CONFIG) is required")
     if settings.max_concurrent_reconciles < 1:
         parser.error("--max-concurrent-reconciles must be at least 1")
+    if not 0 <= settings.reconcile_batch_period <= 10:
+        parser.error("--reconcile-batch-period must be between 0 and 10 seconds")
     for flag, address in (
         ("--metrics-bind-address", settings.metrics_bind_address),
         ("--health-probe-bind-address", settings.health_probe_bind_address),

@@ -300,7 +300,7 @@ class RayBridge(BridgeProgram):
         metrics.live.ungated = reconciler.ungated_count
         controller = Controller(
             name="ray", reconciler=reconciler, max_concurrent_reconciles=s.max_concurrent_reconciles,
-            registry=self.registry,
+            batch_period=s.reconcile_batch_period, registry=self.registry,
         )  # fmt: skip
         _watch(controller, kube=kube)
         webhooks = []

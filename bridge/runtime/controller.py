@@ -194,7 +194,7 @@ class _Enqueuer:
     ``WithLowPriorityWhenUnchanged`` overrides that choice for unchanged events, as here).
     """
 
-    __slots__ = ("_controller", "_low", "_map", "_matters", "_priority_of", "_queue")
+    __slots__ = ("_batch_period", "_controller", "_low", "_map", "_matters", "_priority_of", "_queue")
 
     def __init__(
         self,
@@ -205,6 +205,7 @@ class _Enqueuer:
         low_priority_when_unchanged: bool,
         priority_of: PriorityOf | None = None,
         update_matters: UpdateMatters | None = None,
+        batch_period: float = 0.0,
     ) -> None:
         self._queue = queue
         self._map = map_to
@@ -212,6 +213,14 @@ class _Enqueuer:
         self._low = low_priority_when_unchanged
         self._priority_of = priority_of
         self._matters = update_matters
+        self._batch_period = batch_period
+
+    def _add(self, request: Request, priority: int) -> None:
+        """Queue a live event's request: at its priority now, or batched when at the default."""
+        if priority == 0 and self._batch_period > 0:
+            self._queue.add_batched(request, self._batch_period)
+        else:
+            self._queue.add(request, priority)
 
     def _enqueue(self, obj: Object, *, unchanged: bool) -> None:
         try:
@@ -220,9 +229,9 @@ class _Enqueuer:
             # A mapper bug must not break the source that calls us; the object is skipped.
             log.exception("mapping an object to requests failed", controller=self._controller)
             return
-        add = self._queue.add
         priority_of = self._priority_of
         if unchanged or priority_of is None:
+            add = self._queue.add if unchanged or self._batch_period <= 0 else self._add
             priority = LOW_PRIORITY if unchanged else 0
             for request in requests:
                 add(request, priority)
@@ -234,7 +243,7 @@ class _Enqueuer:
                 # Nor may a bug in ranking it: the request is queued at the default priority.
                 log.exception("choosing a request's priority failed", controller=self._controller)
                 priority = 0
-            add(request, priority)
+            self._add(request, priority)
 
     def on_add(self, obj: Object, *, is_initial_list: bool) -> None:
         self._enqueue(obj, unchanged=is_initial_list and self._low)
@@ -275,6 +284,7 @@ class Controller:
         max_concurrent_reconciles: int = 1,
         rate_limiter: RateLimiter | None = None,
         cache_sync_timeout: float = 120.0,
+        batch_period: float = 0.0,
         registry: CollectorRegistry = REGISTRY,
     ) -> None:
         if not name:
@@ -285,6 +295,7 @@ class Controller:
         self._reconciler = reconciler
         self._workers = max_concurrent_reconciles
         self._cache_sync_timeout = cache_sync_timeout
+        self._batch_period = batch_period
         self._queue: WorkQueue[Request] = WorkQueue(name=name, rate_limiter=rate_limiter, registry=registry)
         self._watches: list[tuple[Source, Mapper, bool, PriorityOf | None, UpdateMatters | None]] = []
         self._started = False
@@ -369,6 +380,7 @@ class Controller:
                         low_priority_when_unchanged=low,
                         priority_of=priority_of,
                         update_matters=update_matters,
+                        batch_period=self._batch_period,
                     )
                 )
             await self._wait_for_sync()

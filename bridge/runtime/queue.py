@@ -7,6 +7,9 @@ object needs one reconcile, not one per change. The queue guarantees, as client-
 - exclusion: a key handed out by ``get`` is not handed out again until ``done`` (``processing``);
   one added meanwhile is only marked dirty, and ``done`` queues it again, so no change is lost;
 - delays: ``add_after`` keeps a heap; when a key is already waiting, the earlier time wins;
+- batching: ``add_batched`` delays a key that is not queued yet, so that the burst of changes one
+  action sets off is one reconcile (client-go's users do it with ``AddAfter``, as the EndpointSlice
+  controller's ``--endpointslice-updates-batch-period``);
 - rate limiting: ``add_rate_limited`` waits as long as the rate limiter says; ``forget`` resets it;
 - shutdown: adds are ignored, queued keys are still handed out, then ``get`` returns ``None``;
   ``shutdown_with_drain`` also waits until every key handed out is ``done``.
@@ -219,7 +222,31 @@ class WorkQueue(Generic[K]):
         if delay <= 0:
             self.add(key, priority=priority)
             return
-        due = self._clock() + delay
+        self._delay(key, self._clock() + delay, priority)
+
+    def add_batched(self, key: K, period: float) -> None:
+        """Add ``key`` (priority 0) ``period`` seconds from now, unless it is queued already.
+
+        A key already queued, or dirtied while it is processed, will be handed out with whatever
+        changes until then: nothing to add. Else the changes that follow within ``period`` (the other
+        objects one action touches) are all seen by one reconcile. Not a retry: unlike ``add_after``
+        it is not counted in ``workqueue_retries_total``.
+        """
+        if self._shutting_down:
+            return
+        now = self._clock()
+        heap = self._heap
+        if heap and heap[0][0] <= now:
+            self._promote(now)
+        if key in self._dirty:
+            return
+        if period <= 0:
+            self.add(key)
+            return
+        self._delay(key, now + period, 0)
+
+    def _delay(self, key: K, due: float, priority: int) -> None:
+        """Hold ``key`` until ``due``; a key already delayed keeps the earlier time, higher priority."""
         known = self._waiting.get(key)
         if known is not None:
             known_priority = self._waiting_priority.get(key, 0)

@@ -752,3 +752,43 @@ def test_an_update_that_does_not_matter_is_dropped_adds_and_deletes_never() -> N
     enqueuer.on_update(running, {**running, "broken": True})
     enqueuer.on_delete(running)
     assert added == [Request("ns", "p")] * 6
+
+
+def test_with_a_batch_period_live_events_at_the_default_priority_are_batched() -> None:
+    """``batch_period``: a live event at priority 0 waits for the ones that follow it; an urgent one,
+    an initial-list add and a resync are queued at once, as without it."""
+    calls: list[tuple[str, Request, float | int]] = []
+
+    class Recording:
+        def add(self, key: Request, priority: int = 0) -> None:
+            calls.append(("add", key, priority))
+
+        def add_batched(self, key: Request, period: float) -> None:
+            calls.append(("batched", key, period))
+
+    enqueuer = _Enqueuer(
+        Recording(),  # type: ignore[arg-type]
+        own_key,
+        "test",
+        low_priority_when_unchanged=True,
+        priority_of=urgent_first,
+        batch_period=0.1,
+    )
+    same = obj("c", resourceVersion="7")
+    enqueuer.on_add(obj("a"), is_initial_list=True)
+    enqueuer.on_update(same, same)
+    enqueuer.on_add(obj("b"), is_initial_list=False)
+    enqueuer.on_add(obj("urgent-u"), is_initial_list=False)
+    enqueuer.on_delete(obj("d"))
+    assert calls == [
+        ("add", Request("ns", "a"), LOW_PRIORITY),
+        ("add", Request("ns", "c"), LOW_PRIORITY),
+        ("add", Request("ns", "c"), LOW_PRIORITY),
+        ("batched", Request("ns", "b"), 0.1),
+        ("add", Request("ns", "urgent-u"), 10),
+        ("batched", Request("ns", "d"), 0.1),
+    ]
+    calls.clear()
+    plain = _Enqueuer(Recording(), own_key, "test", low_priority_when_unchanged=True, batch_period=0.1)  # type: ignore[arg-type]
+    plain.on_add(obj("b"), is_initial_list=False)
+    assert calls == [("batched", Request("ns", "b"), 0.1)], "without priority_of too"

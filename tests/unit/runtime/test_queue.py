@@ -313,3 +313,49 @@ def test_an_entry_left_behind_in_line_zero_is_skipped() -> None:
     queue.done("y")
     queue.add("z")
     assert queue.get_nowait_with_priority() == ("z", 0)
+
+
+def test_a_batched_burst_is_handed_out_once_after_the_period() -> None:
+    """``add_batched``: the changes that follow one within the period are one key handed out."""
+    clock = FakeClock()
+    queue: WorkQueue[str] = WorkQueue(clock=clock)
+    queue.add_batched("a", 0.125)
+    clock.now += 0.0625
+    queue.add_batched("a", 0.125)  # within the period: the first time stays
+    with pytest.raises(asyncio.QueueEmpty):
+        queue.get_nowait()
+    clock.now += 0.0625
+    assert queue.get_nowait() == "a"
+    queue.done("a")
+    clock.now += 1.0
+    assert len(queue) == 0, "the burst was one hand-out"
+    assert queue.stats().retries == 0, "batching is not retrying"
+
+
+def test_a_batched_key_already_queued_is_not_delayed_again() -> None:
+    """A key queued (or dirtied while processed) sees every change made until it is handed out."""
+    clock = FakeClock()
+    queue: WorkQueue[str] = WorkQueue(clock=clock)
+    queue.add("a")
+    queue.add_batched("a", 0.125)
+    assert queue.get_nowait() == "a"
+    queue.done("a")
+    clock.now += 1.0
+    assert len(queue) == 0, "no second hand-out of a key that was queued when batched"
+    # Processing and not dirty: the reconcile in flight may have missed the change, so it is delayed.
+    queue.add("b")
+    assert queue.get_nowait() == "b"
+    queue.add_batched("b", 0.125)
+    queue.done("b")
+    assert len(queue) == 0
+    clock.now += 0.125
+    assert queue.get_nowait() == "b"
+
+
+def test_a_batched_key_keeps_an_earlier_retry() -> None:
+    clock = FakeClock()
+    queue: WorkQueue[str] = WorkQueue(clock=clock)
+    queue.add_after("a", 0.02)
+    queue.add_batched("a", 0.125)
+    clock.now += 0.02
+    assert queue.get_nowait() == "a"
