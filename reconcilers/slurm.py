@@ -943,18 +943,24 @@ def _polite_comment(job: SlurmJob, text: str) -> tuple[Action, ...]:
 
 
 def _queue_text(wl: WorkloadView | None, place: str | None = None) -> str | None:
-    """What Kueue says of a Workload that waits, for the job's comment; None when it says nothing.
+    """What Kueue says of a Workload that waits, for the job's comment; None when it says nothing and
+    its place is not known. A Workload deep in a busy queue may wait a long time before Kueue's
+    scheduler first tries it (no condition at all): its place is then all there is to say.
 
     Numbers are dropped ("1 more needed"; how many pods topology-aware scheduling could place now,
     "allows to fit only 2 out of 3 pod(s)" -> "allows to fit only some of 3 pod(s)"): they change as
     other jobs are admitted, and each change would be one more write to slurmctld for every job in the
     queue. The place, where Kueue serves it, is shown exactly near the head only
     (:func:`reconcilers.queue_positions.position_text`), for the same reason."""
-    if wl is None or not (wl.reason or wl.message):
+    if wl is None or not (wl.reason or wl.message or place):
         return None
+    where = f" ({place})" if place is not None else ""
+    if not (wl.reason or wl.message):
+        return _one_line(
+            f"{COMMENT_PREFIX}queued in Kueue{where}: Pending: not tried by Kueue's scheduler yet"
+        )
     message = re.sub(r",? *[0-9.]+[A-Za-z]* more needed", "", wl.message)
     message = re.sub(r"allows to fit only \d+ out of (\d+)", r"allows to fit only some of \1", message)
-    where = f" ({place})" if place is not None else ""
     return _one_line(f"{COMMENT_PREFIX}queued in Kueue{where}: {wl.reason or 'Pending'}: {message}")
 
 

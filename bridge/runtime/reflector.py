@@ -189,12 +189,15 @@ class Reflector:
             except Exception as exc:  # every other failure: back off and try again
                 if self._listed_by_stream:
                     need_list = consistent_read = False
+                # A healthy watch that went quiet (a bookmark late under load) is watched again
+                # from where it was: expected now and then, so said at info, once.
+                quiet = isinstance(exc, InactivityTimeoutError) and not self._failing and not need_list
                 self._failing = True
                 self.stats.failures += 1
                 if isinstance(exc, InactivityTimeoutError):
                     self.stats.inactivity_timeouts += 1
                 delay = self._backoff.next_delay()
-                self._log.warning(
+                (self._log.info if quiet else self._log.warning)(
                     "watch failed, backing off",
                     error=f"{type(exc).__name__}: {exc}",
                     delay=round(delay, 3),

@@ -316,6 +316,21 @@ def test_the_waiting_comment_leads_with_the_place_and_waits_for_nothing_but_even
     assert unplaced.requeue_after is None  # nothing moves without an event on its Workload
 
 
+def test_a_workload_kueue_has_not_tried_yet_is_commented_with_its_place_alone() -> None:
+    """Deep in a busy queue, Kueue's scheduler may not try a Workload for a long while (no condition):
+    its place is all there is to say, and it is said; without a place, nothing is."""
+    untried = workload(WorkloadState.PENDING)
+    placed = decide(
+        observe(job(), js=jobset(), wl=untried, queue_place="beyond the 1000th in its ClusterQueue")
+    )
+    (comment,) = [a for a in placed.actions if a.kind == "write_comment"]
+    assert (
+        "queued in Kueue (beyond the 1000th in its ClusterQueue): Pending: not tried by Kueue's scheduler yet"
+        in str(comment)
+    )
+    assert "write_comment" not in kinds(decide(observe(job(), js=jobset(), wl=untried)))
+
+
 def test_the_first_comment_waits_while_the_place_is_read() -> None:
     pending = replace(workload(WorkloadState.PENDING, reason="Pending"), message="insufficient quota")
     looking = decide(observe(job(), js=jobset(), wl=pending, queue_place_pending=True))

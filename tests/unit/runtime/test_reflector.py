@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from structlog.testing import capture_logs
 
 from bridge.runtime.backoff import BackoffSettings
 from bridge.runtime.client import Client
@@ -244,12 +245,32 @@ async def test_inactivity_timeout_recovers_a_hung_stream(
 
     await server.put("a", {"v": "1"})
     server.watch_scripts.append(hang_before_headers if script == "before_headers" else script)
-    async with running(informer(client, inactivity_timeout=0.3)) as inf:
-        assert await inf.wait_for_sync(5)
-        await server.put("late", {"v": "1"})
-        await eventually(lambda: "late" in data(inf))
-        assert inf.reflector.stats.inactivity_timeouts == 1
+    with capture_logs() as logs:
+        async with running(informer(client, inactivity_timeout=0.3)) as inf:
+            assert await inf.wait_for_sync(5)
+            await server.put("late", {"v": "1"})
+            await eventually(lambda: "late" in data(inf))
+            assert inf.reflector.stats.inactivity_timeouts == 1
     assert len(server.lists) == 1  # re-watched from the last resourceVersion, no relist
+    failed = [entry for entry in logs if entry["event"] == "watch failed, backing off"]
+    assert [entry["log_level"] for entry in failed] == ["info"], "a first quiet watch is no warning"
+
+
+async def test_a_watch_that_stays_quiet_is_a_warning(server: FakeApiServer, client: Client) -> None:
+    """Quiet again right after it was watched anew (no answer in between): something is wrong."""
+
+    async def hang_before_headers(fake: FakeApiServer, request: web.Request) -> web.StreamResponse:
+        await fake._closing.wait()
+        return web.Response()
+
+    await server.put("a", {"v": "1"})
+    server.watch_scripts.extend([hang_before_headers, hang_before_headers])
+    with capture_logs() as logs:
+        async with running(informer(client, inactivity_timeout=0.3)) as inf:
+            assert await inf.wait_for_sync(5)
+            await eventually(lambda: inf.reflector.stats.inactivity_timeouts >= 2)
+    failed = [entry["log_level"] for entry in logs if entry["event"] == "watch failed, backing off"]
+    assert failed[:2] == ["info", "warning"]
 
 
 async def test_disconnect_storm_backs_off_exponentially_then_converges(
