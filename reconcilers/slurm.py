@@ -180,6 +180,7 @@ __all__ = [
     "node_job_id",
     "node_job_keys",
     "pod_job_keys",
+    "pod_node_name",
     "request_for_key",
     "unservable_comment",
     "waiting_comment",
@@ -544,6 +545,16 @@ class Decision:
 _COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 
+def pod_node_name(pod: Mapping[str, Any]) -> str | None:
+    """The Slurm node a slurmd pod runs (``b<job id>[r<run>]-<completion index>``), from its labels;
+    None for a pod without them."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    job_id, index, run = labels.get(LABEL_JOB_ID), labels.get(_COMPLETION_INDEX), labels.get(LABEL_RUN, "0")
+    if job_id is not None and job_id.isdigit() and index is not None and run.isdigit():
+        return node_name(int(job_id), index, run=int(run))
+    return None
+
+
 @dataclass(frozen=True, kw_only=True)
 class PodsView:
     """The JobSet's pods, counted."""
@@ -579,14 +590,8 @@ class PodsView:
                 continue
             active += 1
             running += phase == "Running"
-            labels = metadata.get("labels") or {}
-            job_id, index, run = (
-                labels.get(LABEL_JOB_ID),
-                labels.get(_COMPLETION_INDEX),
-                labels.get(LABEL_RUN, "0"),
-            )
-            if job_id is not None and job_id.isdigit() and index is not None and run.isdigit():
-                active_nodes.add(node_name(int(job_id), index, run=int(run)))
+            if (name := pod_node_name(pod)) is not None:
+                active_nodes.add(name)
         return cls(
             active=active,
             running=running,

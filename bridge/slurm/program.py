@@ -95,7 +95,7 @@ from translators.slurm import JOBSET_API_VERSION, JOBSET_KIND, LABEL_JOB_ID, Tra
 from .connection import LiveSlurm, SecretToken, SlurmMixing
 from .job_reads import JobReadOnNodeChange
 from .metrics import slurm_metrics
-from .node_poll import NodePollOnPodStart, due_nodes, registration_due
+from .node_poll import NodePollOnPodStart, RegistrationLead, RegistrationSeen, due_nodes, registration_due
 from .source import DUE_READ_BUDGET, SlurmJobSource, SlurmNodeSource, node_object
 
 __all__ = ["Settings", "SlurmBridge", "explain", "main", "parse_args"]
@@ -299,6 +299,7 @@ class SlurmBridge(BridgeProgram):
         super().__init__(settings, **options)  # type: ignore[arg-type]
         self.settings: Settings = settings
         self.reconciler: SlurmReconciler | None = None
+        self.registration_lead = RegistrationLead()
 
     async def wire(self, shell: Shell) -> Wiring:
         s = self.settings
@@ -334,9 +335,12 @@ class SlurmBridge(BridgeProgram):
         )
         self.reconciler = reconciler
         kube.pods.add_handler(
-            NodePollOnPodStart(nodes.trigger, lambda key: key in reconciler.waiting_for_nodes)
+            NodePollOnPodStart(
+                nodes.trigger, lambda key: key in reconciler.waiting_for_nodes, lead=self.registration_lead
+            )
         )
         nodes.add_handler(JobReadOnNodeChange(jobs))
+        nodes.add_handler(RegistrationSeen(self.registration_lead))
 
         def on_config(snapshot: ConfigSnapshot | None) -> None:
             if snapshot is not None and snapshot.spec.slurm is not None:
@@ -386,9 +390,12 @@ class SlurmBridge(BridgeProgram):
             enabled=lambda: bool(config.cluster()),
             interval=self.settings.node_poll_interval,
             fast_interval=self.settings.node_poll_fast_interval or None,
-            wanted=lambda: self.reconciler is not None and registration_due(self._waiting(), kube.pods.store),
+            wanted=lambda: (
+                self.reconciler is not None
+                and registration_due(self._waiting(), kube.pods.store, ripe=self.registration_lead.ripe)
+            ),
             due=lambda: (
-                due_nodes(self._waiting(), kube.pods.store, nodes.store)
+                due_nodes(self._waiting(), kube.pods.store, nodes.store, ripe=self.registration_lead.ripe)
                 if self.reconciler is not None
                 else ()
             ),

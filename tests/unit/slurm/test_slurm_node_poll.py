@@ -14,7 +14,13 @@ import pytest
 
 from bridge.api.slurm_node import NodeState, SlurmNode
 from bridge.runtime.cache import Store, meta_namespace_key
-from bridge.slurm.node_poll import NodePollOnPodStart, due_nodes, registration_due
+from bridge.slurm.node_poll import (
+    NodePollOnPodStart,
+    RegistrationLead,
+    RegistrationSeen,
+    due_nodes,
+    registration_due,
+)
 from bridge.slurm.program import parse_args
 from bridge.slurm.source import node_object
 from reconcilers.slurm import INDEX_JOB, Phase, pod_job_keys
@@ -146,3 +152,108 @@ def test_help_documents_the_fast_node_poll_interval(capsys: pytest.CaptureFixtur
     assert "K8S_BRIDGE_NODE_POLL_FAST_INTERVAL" in text
     assert "--node-poll-due-interval" in text
     assert "K8S_BRIDGE_NODE_POLL_DUE_INTERVAL" in text
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def learned(clock: Clock, *delays: float) -> RegistrationLead:
+    """A lead that has seen a registration ``delay`` seconds after its pod started, for each delay."""
+    lead = RegistrationLead(clock=clock)
+    for i, delay in enumerate(delays):
+        lead.started(f"b9{i}-0")
+        clock.now += delay
+        lead.registered(f"b9{i}-0")
+    return lead
+
+
+def test_the_lead_is_a_share_of_the_shortest_recent_registration_once_enough_are_seen() -> None:
+    clock = Clock()
+    assert learned(clock, 0.4, 0.5, 0.6).lead() == 0.0, "too few registrations seen: read at once"
+    lead = learned(clock, 0.4, 0.5, 0.6, 0.45)
+    assert lead.lead() == pytest.approx(0.8 * 0.4)
+    lead.registered("b1-0")  # a node whose pod's start was not seen teaches nothing
+    assert lead.lead() == pytest.approx(0.32)
+    slow = learned(clock, 9.0, 9.0, 9.0, 9.0)
+    assert slow.lead() == 2.0, "capped"
+
+
+def test_a_node_is_ripe_once_its_pod_has_run_for_the_lead() -> None:
+    clock = Clock()
+    lead = learned(clock, 0.5, 0.5, 0.5, 0.5)  # lead 0.4 s
+    lead.started("b1-0")
+    assert not lead.ripe("b1-0")
+    clock.now += 0.3
+    assert not lead.ripe("b1-0")
+    clock.now += 0.1
+    assert lead.ripe("b1-0")
+    assert lead.ripe("b2-0"), "a node whose pod's start was not seen (a restart) is read at once"
+    lead.started("b3-0")
+    lead.forget("b3-0")
+    assert lead.ripe("b3-0")
+
+
+def test_a_registration_sooner_than_the_lead_shortens_it() -> None:
+    clock = Clock()
+    lead = learned(clock, 0.5, 0.5, 0.5, 0.5)
+    lead.started("b1-0")
+    clock.now += 0.4  # registered at 0.2 s, seen at the first read (the lead)
+    lead.registered("b1-0")
+    assert lead.lead() == pytest.approx(0.32)
+
+
+def test_unripe_nodes_are_neither_due_nor_make_a_registration_due() -> None:
+    pods = pod_store(pod(1, 0, phase="Running"), pod(1, 1, phase="Running"))
+    phases = {"hpc/1": Phase.ADMITTED}
+    ripe = {"b1-1"}
+    assert due_nodes(phases, pods, node_store(), ripe=ripe.__contains__) == ["b1-1"]
+    assert registration_due(phases, pods, ripe=ripe.__contains__)
+    ripe.clear()
+    assert due_nodes(phases, pods, node_store(), ripe=ripe.__contains__) == []
+    assert not registration_due(phases, pods, ripe=ripe.__contains__)
+
+
+def test_a_starting_pod_triggers_the_node_poll_after_the_lead_and_a_ready_one_at_once() -> None:
+    clock = Clock()
+    lead = learned(clock, 0.5, 0.5, 0.5, 0.5)
+    triggered: list[int] = []
+    later: list[float] = []
+
+    def trigger() -> None:
+        triggered.append(1)
+
+    def call_later(delay: float, callback: Any) -> None:
+        later.append(delay)
+        callback()
+
+    handler = NodePollOnPodStart(trigger, lambda key: key == "hpc/1", lead=lead, later=call_later)
+    handler.on_update(pod(1), pod(1, phase="Running"))
+    assert later == [pytest.approx(0.4)]
+    assert len(triggered) == 1
+    assert not lead.ripe("b1-0"), "its start is remembered"
+    handler.on_update(pod(1, phase="Running"), pod(1, phase="Running", ready=True))
+    assert later == [pytest.approx(0.4)], "ready: slurmd registered, poll now"
+    assert len(triggered) == 2
+    handler.on_delete(pod(1, phase="Running"))
+    assert lead.ripe("b1-0"), "a pod that goes is forgotten"
+
+
+def test_the_node_source_handler_tells_the_lead_each_node_seen_idle() -> None:
+    clock = Clock()
+    lead = RegistrationLead(clock=clock, least=1)
+    seen = RegistrationSeen(lead)
+    lead.started("b1-0")
+    clock.now += 0.3
+    seen.on_add(node_object(SlurmNode(name="b1-0", state=NodeState.DOWN)), is_initial_list=False)
+    assert lead.lead() == 0.0, "not registered idle yet"
+    clock.now += 0.2
+    seen.on_update(
+        node_object(SlurmNode(name="b1-0", state=NodeState.DOWN)),
+        node_object(SlurmNode(name="b1-0", state=NodeState.IDLE)),
+    )
+    assert lead.lead() == pytest.approx(0.8 * 0.5)
