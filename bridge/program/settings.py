@@ -71,6 +71,8 @@ class ProgramSettings:
     """``-v`` flags: 1 is debug (as ``--log-level=debug``), 2 also logs the HTTP client libraries."""
     max_concurrent_reconciles: int = 16
     """Reconciles wait on the API server and the external system, not the CPU."""
+    memory_trim_interval: float = 60.0
+    """Seconds between two hand-backs of the allocator's free memory (``malloc_trim``); 0: never."""
     reconcile_batch_period: float = 0.1
     """Seconds a live event's reconcile waits for the events that follow it (one reconcile for the
     burst one action sets off); events a program ranks urgent are not held."""
@@ -188,6 +190,16 @@ def add_run_flags(parser: argparse.ArgumentParser, *, lease_default: str, concur
         ),
     )
     add(
+        "--memory-trim-interval",
+        type=float,
+        default=float(env("memory-trim-interval", "60") or 60),
+        help=flag_help(
+            "Seconds between two hand-backs to the system of the memory glibc holds free "
+            "(malloc_trim; a deep queue's cache churn leaves it between live blocks); 0: never",
+            "memory-trim-interval",
+        ),
+    )
+    add(
         "--graceful-shutdown-timeout",
         type=float,
         default=float(env("graceful-shutdown-timeout", "30") or 30),
@@ -223,6 +235,7 @@ def common_settings(ns: argparse.Namespace, *, run: bool) -> dict[str, Any]:
             health_probe_bind_address=ns.health_probe_bind_address,
             max_concurrent_reconciles=ns.max_concurrent_reconciles,
             reconcile_batch_period=ns.reconcile_batch_period,
+            memory_trim_interval=ns.memory_trim_interval,
             graceful_shutdown_timeout=ns.graceful_shutdown_timeout,
             mixing_controller=ns.mixing_controller,
         )
@@ -237,6 +250,8 @@ def check_common(
         parser.error(f"--config (or {ENV_PREFIX}CONFIG) is required")
     if settings.max_concurrent_reconciles < 1:
         parser.error("--max-concurrent-reconciles must be at least 1")
+    if settings.memory_trim_interval < 0:
+        parser.error("--memory-trim-interval must not be negative")
     if not 0 <= settings.reconcile_batch_period <= 10:
         parser.error("--reconcile-batch-period must be between 0 and 10 seconds")
     for flag, address in (

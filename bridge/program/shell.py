@@ -36,6 +36,7 @@ from bridge.runtime.events import EventRecorder
 from bridge.runtime.informer import SharedInformerFactory
 from bridge.runtime.leaderelection import LeaderElectionConfig, LeaderElector, default_identity
 from bridge.runtime.manager import Manager, Runnable
+from bridge.runtime.memory import MemoryTrimmer, libc_malloc_trim
 from bridge.runtime.metrics import REGISTRY
 from bridge.runtime.probes import ProbeServer
 from bridge.runtime.session import Session
@@ -149,6 +150,9 @@ class BridgeProgram(abc.ABC):
                 manager.add_webhook(webhook)
             for server in wiring.servers:
                 manager.add_server(server)
+            trim = libc_malloc_trim() if s.memory_trim_interval > 0 else None
+            if trim is not None:
+                manager.add_server(MemoryTrimmer(interval=s.memory_trim_interval, trim=trim))
             for controller in [*controllers, *wiring.controllers]:
                 manager.add_controller(controller)
             self.manager = manager
