@@ -1591,7 +1591,11 @@ class CommentBudget:
     """How often the bridge may write a job's "why it waits" comment: once a ``per_job`` seconds for
     one job, and ``rate`` a second for all of them (``burst`` at once). A queue of thousands of jobs
     then costs slurmctld a few writes a second, not one per job per change. In memory only: a restart
-    writes comments a little sooner, nothing else."""
+    writes comments a little sooner, nothing else.
+
+    A job's first comment goes before another's update: ``reserve`` of the burst is kept for jobs
+    that show no comment of the bridge's yet (``first``), so that in a deep, busy queue, where the
+    places moving can use the whole rate, a new job is not left without a word for many minutes."""
 
     def __init__(
         self,
@@ -1599,11 +1603,13 @@ class CommentBudget:
         per_job: float = 60.0,
         rate: float = 5.0,
         burst: float = 20.0,
+        reserve: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._per_job = per_job
         self._rate = rate
         self._burst = burst
+        self._reserve = min(reserve, max(0.0, burst - 1))
         self._clock = clock
         self._tokens = burst
         self._at = clock()
@@ -1618,11 +1624,13 @@ class CommentBudget:
         self._at = now
         return now
 
-    def wait(self, key: str) -> float:
-        """Seconds until a comment of ``key`` may be written (0: now)."""
+    def wait(self, key: str, *, first: bool = False) -> float:
+        """Seconds until a comment of ``key`` may be written (0: now); ``first``: the job shows none
+        of the bridge's yet, and may take the tokens kept for first comments."""
         now = self._refill()
         per_job = self._last.get(key, -self._per_job) + self._per_job - now
-        overall = 0.0 if self._tokens >= 1 else (1 - self._tokens) / self._rate
+        needed = 1.0 if first else 1.0 + self._reserve
+        overall = 0.0 if self._tokens >= needed else (needed - self._tokens) / self._rate
         return max(0.0, per_job, overall)
 
     def retry(self, key: str, wait: float) -> float:
@@ -1977,7 +1985,7 @@ class SlurmReconciler:
         if key in self._converted:
             observed = replace(observed, hold_converted=True)
         observed = self._with_expectations(observed, raw_js)
-        wait = self._comments.wait(key)
+        wait = self._comments.wait(key, first=job is None or not job.comment.startswith(COMMENT_PREFIX))
         if wait > 0:
             observed = replace(observed, comment_due=False, comment_retry=self._comments.retry(key, wait))
         return observed, raw_js

@@ -428,7 +428,7 @@ def test_a_queued_job_whose_comment_already_says_it_is_not_looked_at_again_on_a_
 
 def test_the_comment_budget_bounds_each_job_and_all_of_them() -> None:
     now = [0.0]
-    budget = CommentBudget(per_job=60, rate=2, burst=2, clock=lambda: now[0])
+    budget = CommentBudget(per_job=60, rate=2, burst=2, reserve=0, clock=lambda: now[0])
     assert budget.wait("a") == 0
     budget.spend("a")
     assert budget.wait("a") == 60  # once a minute per job
@@ -439,6 +439,24 @@ def test_the_comment_budget_bounds_each_job_and_all_of_them() -> None:
     assert budget.wait("c") == 0
     now[0] = 61
     assert budget.wait("a") == 0
+
+
+def test_first_comments_go_before_updates_of_shown_ones() -> None:
+    """Places moving in a deep queue can use the whole rate: part of the burst is kept for jobs that
+    show no comment of the bridge's yet."""
+    now = [0.0]
+    budget = CommentBudget(per_job=60, rate=5, burst=20, reserve=10, clock=lambda: now[0])
+    for i in range(10):  # updates of shown comments take the burst down to the reserve
+        assert budget.wait(f"moved-{i}") == 0
+        budget.spend(f"moved-{i}")
+    assert budget.wait("moved-10") == pytest.approx(0.2), "an update waits for a token above the reserve"
+    for i in range(10):  # first comments may take the reserve
+        assert budget.wait(f"new-{i}", first=True) == 0
+        budget.spend(f"new-{i}")
+    assert budget.wait("new-10", first=True) == pytest.approx(0.2)
+    now[0] = 0.2
+    assert budget.wait("new-10", first=True) == 0
+    assert budget.wait("moved-10") > 0, "while first comments take each token, updates wait"
 
 
 def test_jobs_refused_a_comment_look_again_spread_over_the_backlog() -> None:
