@@ -228,9 +228,12 @@ class WorkQueue(Generic[K]):
         """Add ``key`` (priority 0) ``period`` seconds from now, unless it is queued already.
 
         A key already queued, or dirtied while it is processed, will be handed out with whatever
-        changes until then: nothing to add. Else the changes that follow within ``period`` (the other
-        objects one action touches) are all seen by one reconcile. Not a retry: unlike ``add_after``
-        it is not counted in ``workqueue_retries_total``.
+        changes until then: nothing to add, but one queued below priority 0 (an initial list's
+        backlog) is raised to 0, as ``add`` would. Else the changes that follow within ``period`` (the other
+        objects one action touches) are all seen by one reconcile. A key delayed already (a
+        requeue) keeps the earlier of the two times, as with ``add_after``: the reconcile then
+        returns its own requeue again. Not a retry: unlike ``add_after`` it is not counted in
+        ``workqueue_retries_total``.
         """
         if self._shutting_down:
             return
@@ -239,6 +242,8 @@ class WorkQueue(Generic[K]):
         if heap and heap[0][0] <= now:
             self._promote(now)
         if key in self._dirty:
+            if self._priority.get(key, 0) < 0:
+                self._upgrade(key, 0)  # a live change overtakes a backlog, as with ``add``
             return
         if period <= 0:
             self.add(key)

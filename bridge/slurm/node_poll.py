@@ -77,10 +77,14 @@ class RegistrationLead:
         """``node``'s pod is gone before its node registered: no delay to learn from it."""
         self._started.pop(node, None)
 
+    def remaining(self, node: str) -> float:
+        """Seconds until ``node``'s pod has run for the lead; 0 when it has, or its start was not seen."""
+        started = self._started.get(node)
+        return 0.0 if started is None else max(0.0, started + self.lead() - self._clock())
+
     def ripe(self, node: str) -> bool:
         """Has ``node``'s pod run for the lead (or was its start not seen: read it)?"""
-        started = self._started.get(node)
-        return started is None or self._clock() - started >= self.lead() - 0.001  # a timer may fire early
+        return self.remaining(node) <= 0.001  # a timer may fire that early
 
 
 class RegistrationSeen:
@@ -197,11 +201,19 @@ class NodePollOnPodStart:
         if lead is None or "Ready" in gained:
             self._trigger()
             return
-        if (name := pod_node_name(pod)) is not None:
-            lead.started(name)
-        wait = lead.lead()
-        if wait > 0:
-            self._later(wait, self._trigger)
+        name = pod_node_name(pod)
+        if name is None:
+            self._trigger()
+            return
+        lead.started(name)
+        self._when_ripe(lead, name)
+
+    def _when_ripe(self, lead: RegistrationLead, name: str) -> None:
+        """Trigger a poll once ``name`` is ripe: now, or when the lead says (again then, if the lead
+        grew meanwhile)."""
+        wait = lead.remaining(name)
+        if wait > 0.001:
+            self._later(wait, lambda: self._when_ripe(lead, name))
         else:
             self._trigger()
 

@@ -359,3 +359,15 @@ def test_a_batched_key_keeps_an_earlier_retry() -> None:
     queue.add_batched("a", 0.125)
     clock.now += 0.02
     assert queue.get_nowait() == "a"
+
+
+def test_a_batched_live_change_lifts_a_key_out_of_the_backlog() -> None:
+    """A key queued at ``LOW_PRIORITY`` (an initial list) that a live event batches goes before the
+    rest of the backlog, as with ``add``."""
+    clock = FakeClock()
+    queue: WorkQueue[str] = WorkQueue(clock=clock)
+    for key in ("a", "b", "c"):
+        queue.add(key, priority=LOW_PRIORITY)
+    queue.add_batched("c", 0.125)
+    assert queue.get_nowait_with_priority() == ("c", 0)
+    assert queue.get_nowait_with_priority() == ("a", LOW_PRIORITY)

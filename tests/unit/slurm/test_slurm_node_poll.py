@@ -229,13 +229,14 @@ def test_a_starting_pod_triggers_the_node_poll_after_the_lead_and_a_ready_one_at
 
     def call_later(delay: float, callback: Any) -> None:
         later.append(delay)
+        clock.now += delay
         callback()
 
     handler = NodePollOnPodStart(trigger, lambda key: key == "hpc/1", lead=lead, later=call_later)
     handler.on_update(pod(1), pod(1, phase="Running"))
     assert later == [pytest.approx(0.4)]
     assert len(triggered) == 1
-    assert not lead.ripe("b1-0"), "its start is remembered"
+    assert lead.ripe("b1-0"), "the poll came once it was ripe"
     handler.on_update(pod(1, phase="Running"), pod(1, phase="Running", ready=True))
     assert later == [pytest.approx(0.4)], "ready: slurmd registered, poll now"
     assert len(triggered) == 2
@@ -257,3 +258,37 @@ def test_the_node_source_handler_tells_the_lead_each_node_seen_idle() -> None:
         node_object(SlurmNode(name="b1-0", state=NodeState.IDLE)),
     )
     assert lead.lead() == pytest.approx(0.8 * 0.5)
+
+
+def test_a_lead_that_grew_meanwhile_delays_the_poll_again() -> None:
+    """The fourth registration seen turns the lead from 0 to a share of the shortest: a pod whose
+    poll was scheduled under a shorter lead is polled once it is ripe under the new one."""
+    clock = Clock()
+    lead = learned(clock, 0.5, 0.5, 0.5, 0.5)  # 0.4 s
+    triggered: list[float] = []
+    pending: list[tuple[float, Any]] = []
+
+    def call_later(delay: float, callback: Any) -> None:
+        pending.append((delay, callback))
+
+    handler = NodePollOnPodStart(
+        lambda: triggered.append(clock.now), lambda key: True, lead=lead, later=call_later
+    )
+    others = [f"b8{i}-0" for i in range(32)]
+    for name in others:
+        lead.started(name)
+    clock.now += 1.0
+    start = clock.now
+    handler.on_update(pod(1), pod(1, phase="Running"))
+    ((delay, callback),) = pending
+    pending.clear()
+    for name in others:  # 32 registrations of 1 s each: the lead becomes 0.8 s
+        lead.registered(name)
+    clock.now += delay
+    callback()
+    assert triggered == [], "not ripe under the new lead"
+    ((delay, callback),) = pending
+    assert delay == pytest.approx(0.4)
+    clock.now += delay
+    callback()
+    assert triggered == [pytest.approx(start + 0.8)]
