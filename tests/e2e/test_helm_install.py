@@ -97,8 +97,8 @@ UNUSED_OK: dict[tuple[str, str, str], str] = {
 RAY_UNUSED_OK: dict[tuple[str, str, str], str] = {
     ("jobset.x-k8s.io", "jobsets", "patch"): (
         "the Ray job id is recorded on a JobSet made before KubeRay named the job; a JobSet made "
-        "after it (a reconcile that waited out --reconcile-batch-period, as here) carries it from "
-        "its creation; tests/unit/reconcilers/test_ray_decisions.py shows both"
+        "after it (a reconcile later than KubeRay's naming, e.g. with --reconcile-batch-period) "
+        "carries it from its creation; tests/unit/reconcilers/test_ray_decisions.py shows both"
     ),
 }
 """Grants the Ray bridge's run need not use (the Slurm bridge's patches of its JobSets remove their
