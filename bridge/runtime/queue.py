@@ -229,11 +229,11 @@ class WorkQueue(Generic[K]):
 
         A key already queued, or dirtied while it is processed, will be handed out with whatever
         changes until then: nothing to add, but one queued below priority 0 (an initial list's
-        backlog) is raised to 0, as ``add`` would. Else the changes that follow within ``period`` (the other
-        objects one action touches) are all seen by one reconcile. A key delayed already (a
-        requeue) keeps the earlier of the two times, as with ``add_after``: the reconcile then
-        returns its own requeue again. Not a retry: unlike ``add_after`` it is not counted in
-        ``workqueue_retries_total``.
+        backlog) is raised to 0, as ``add`` would. Else the changes that follow within ``period``
+        (the other objects one action touches) are all seen by one reconcile. A key delayed
+        already (a requeue) keeps the earlier of the two times, as with ``add_after``: the
+        reconcile then returns its own requeue again. Not a retry: unlike ``add_after`` it is not
+        counted in ``workqueue_retries_total``.
         """
         if self._shutting_down:
             return

@@ -211,11 +211,10 @@ class NodePollOnPodStart:
     def _when_ripe(self, lead: RegistrationLead, name: str) -> None:
         """Trigger a poll once ``name`` is ripe: now, or when the lead says (again then, if the lead
         grew meanwhile)."""
-        wait = lead.remaining(name)
-        if wait > 0.001:
-            self._later(wait, lambda: self._when_ripe(lead, name))
-        else:
+        if lead.ripe(name):
             self._trigger()
+        else:
+            self._later(lead.remaining(name), lambda: self._when_ripe(lead, name))
 
     def on_add(self, obj: Object, *, is_initial_list: bool) -> None:
         if not is_initial_list:
