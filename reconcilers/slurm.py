@@ -145,6 +145,7 @@ __all__ = [
     "INDEX_DEPENDS_ON",
     "INDEX_JOB",
     "INDEX_JOB_UID",
+    "KEPT_FOR_JOB",
     "RELEASE_PRIORITY",
     "Action",
     "AddFinalizer",
@@ -191,6 +192,8 @@ log = structlog.get_logger(__name__)
 
 FIELD_MANAGER = "k8s-bridge-slurm"
 COMMENT_PREFIX = "k8s-bridge: "
+KEPT_FOR_JOB = f"{COMMENT_PREFIX}kept for job "
+"""How the reason of a node the bridge drained while its job runs on it begins."""
 """Every comment the bridge writes on a job starts with this; only such comments are ever cleared."""
 _COMMENT_MAX = 480
 
@@ -342,8 +345,11 @@ class DeletePods(Action):
 
 @dataclass(frozen=True, kw_only=True)
 class DrainNodes(Action):
+    """Drain nodes (a running job's, to keep them for it; an ended job's, before they are deleted).
+    No node poll at once: nothing waits on seeing the drain, and ``Observed.nodes_drained`` keeps it
+    from being made again meanwhile."""
+
     kind: ClassVar[str] = "drain_nodes"
-    node_write: ClassVar[bool] = True
     names: tuple[str, ...]
     reason: str
 
@@ -360,8 +366,9 @@ class DownNodes(Action):
 
 @dataclass(frozen=True, kw_only=True)
 class ResumeNodes(Action):
-    """Resume nodes the bridge set DOWN in an earlier run of the job: their new slurmd's registration
-    then makes them IDLE (slurmctld keeps a DOWN set by hand across a slurmd's return)."""
+    """Resume nodes the bridge set DOWN, or drained while the job ran, in an earlier run of the job:
+    a live slurmd's node is IDLE at once, a new slurmd's at its registration (slurmctld keeps a DOWN
+    or a drain set by hand across a slurmd's return)."""
 
     kind: ClassVar[str] = "resume_nodes"
     node_write: ClassVar[bool] = True
@@ -795,8 +802,40 @@ def _nodes_ready(o: Observed) -> tuple[bool, str]:
 
 
 def _left_down_by_the_bridge(o: Observed) -> tuple[str, ...]:
-    """The job's nodes DOWN with the bridge's own reason (set so that an earlier run could end)."""
-    return tuple(n.name for n in o.nodes if n.state is NodeState.DOWN and n.reason.startswith(COMMENT_PREFIX))
+    """The job's nodes the bridge left unusable in an earlier run: DOWN with its own reason (set so
+    that the run could end), or kept for the job (``_keep_for_the_job``) and not usable by it now."""
+    own = set(_node_names(o))
+    return tuple(
+        n.name
+        for n in o.nodes
+        if (n.state is NodeState.DOWN and n.reason.startswith(COMMENT_PREFIX))
+        or (n.name in own and _kept_by_the_bridge(n))
+    )
+
+
+def _kept_by_the_bridge(node: SlurmNode) -> bool:
+    """Drained by the bridge while its job ran on it (``_keep_for_the_job``)."""
+    return node.is_drained_or_draining and node.reason.startswith(KEPT_FOR_JOB)
+
+
+def _keep_for_the_job(o: Observed, job: SlurmJob) -> tuple[Action, ...]:
+    """Drain the nodes a job runs on while it runs (rows 7 and 8).
+
+    A drained node stays its job's until the job ends and then is DRAINED, never IDLE: no other job
+    takes it between the job's end and the bridge's cleanup, a poll later (an administrator's
+    release, a submission no hold caught: ADR 0003). The job itself is not touched. The drain costs
+    nothing more: the cleanup drains no node drained already."""
+    names = tuple(
+        n.name
+        for n in o.nodes
+        if n.name in job.nodes
+        and not n.is_drained_or_draining
+        and n.state is not NodeState.DOWN
+        and n.name not in o.nodes_drained
+    )
+    if not names:
+        return ()
+    return (DrainNodes(names=names, reason=f"{KEPT_FOR_JOB}{job.job_id} until it ends"),)
 
 
 def _changed_since_jobset(o: Observed, job: SlurmJob) -> bool:
@@ -1174,7 +1213,10 @@ def _decide_running(o: Observed, job: SlurmJob, own: set[str]) -> Decision:
             phase=Phase.EVICTED,
             why=f"running, but {_lost_node_event(lost)}",
         )
-    actions: tuple[Action, ...] = () if o.has_finalizer else (AddFinalizer(),)
+    actions: tuple[Action, ...] = (
+        *(() if o.has_finalizer else (AddFinalizer(),)),
+        *_keep_for_the_job(o, job),
+    )
     if wl is None:
         return Decision(actions=actions, phase=Phase.RUNNING, why="running; Workload not seen yet")
     if wl.state is WorkloadState.ADMITTED and js.state is not JobSetState.FAILED:
@@ -1208,6 +1250,16 @@ def _decide_released(o: Observed, job: SlurmJob, own_pin: tuple[str, ...]) -> De
                 ),
                 phase=Phase.EVICTED,
                 why=f"released, but {_lost_node_event(lost)}",
+            )
+        kept = tuple(n.name for n in o.nodes if n.name in own_pin and _kept_by_the_bridge(n))
+        if kept:
+            # Requeued by Slurm onto nodes the bridge drained while it ran (an administrator's
+            # ``scontrol requeue``): they are the job's own, and it runs on them again.
+            return Decision(
+                actions=(ResumeNodes(names=kept),),
+                requeue_after=WAIT_FOR_NODES,
+                phase=Phase.RELEASING,
+                why=f"released onto its nodes, {len(kept)} kept drained from its last run: resume them",
             )
         stuck = not_starting_reason(job)
         if stuck is not None:
@@ -1419,7 +1471,7 @@ def _decide_bridged(o: Observed, job: SlurmJob) -> Decision:
             actions=(*pre, ResumeNodes(names=left_down)),
             requeue_after=WAIT_FOR_NODES,
             phase=Phase.ADMITTED,
-            why=f"admitted, resuming {len(left_down)} node(s) the bridge set DOWN in an earlier run",
+            why=f"admitted, resuming {len(left_down)} node(s) the bridge left DOWN or drained before",
         )
     ready, detail = _nodes_ready(o)
     if not ready:

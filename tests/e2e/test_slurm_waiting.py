@@ -18,6 +18,7 @@ import pytest
 
 from bridge.admission import WorkloadState
 from bridge.api.slurm_job import JobState, SlurmJob
+from bridge.api.slurm_node import SlurmNode
 from bridge.sandbox.e2e import BridgeProcess, E2EStack
 from bridge.sandbox.slurm import SANDBOX_LICENSE
 from bridge.slurmrest import SlurmClient
@@ -109,6 +110,11 @@ def quiet_log(bridge: BridgeProcess) -> None:
     assert not loud, "\n".join(loud)
 
 
+async def _kept_node(slurm: SlurmClient, name: str) -> SlurmNode | None:
+    node = await slurm.get_node(name)
+    return node if node.is_drained_or_draining else None
+
+
 # --- 1, 2 and 6 ---------------------------------------------------------------------------------
 
 
@@ -135,10 +141,18 @@ async def test_jobs_slurm_would_not_start_take_no_quota_and_an_administrators_ho
     bridge = await started_bridge(e2e)
     a = b = 0
     try:
-        await wait_job(
+        running = await wait_job(
             slurm_client, holder, until=lambda j: j.is_running, timeout=JOB_TIMEOUT, what="to run",
             stack=e2e, bridge=bridge,
         )  # fmt: skip
+        # Its node is kept for it while it runs (drained: DRAINED, never IDLE, once the job ends).
+        (holder_node,) = running.nodes
+        kept = await eventually(
+            lambda: _kept_node(slurm_client, holder_node),
+            timeout=30,
+            what=f"{holder_node} to be kept for the holder",
+        )
+        assert kept.reason == f"k8s-bridge: kept for job {holder} until it ends", kept
         a = two_nodes(e2e, name="needs-both")
         b = one_node(e2e, f"--dependency=afterok:{a}", name="after-a")
         for job_id, says in ((b, "waits for its dependency"), (c, "may not start before"),
@@ -193,6 +207,10 @@ async def test_jobs_slurm_would_not_start_take_no_quota_and_an_administrators_ho
             assert no_jobset(e2e, job_id)
 
         # Released by the administrator, D is the bridge's like any other job: held, then bridged.
+        # Released once B is cleaned up: B ends as soon as it starts, before the bridge sees it run
+        # and drains its node, and until its cleanup a poll later that node is IDLE, where Slurm
+        # would start D at once (ADR 0003: the window that remains).
+        await eventually(lambda: no_jobset(e2e, b), timeout=60, what=f"job {b}'s JobSet and nodes to go")
         cluster.scontrol("release", str(d), check=False)  # 2015 too, and it lands
         await wait_job(
             slurm_client, d, until=lambda j: not no_jobset(e2e, d), timeout=30,

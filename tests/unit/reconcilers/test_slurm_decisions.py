@@ -23,6 +23,7 @@ from bridge.api.slurm_node import NodeState, SlurmNode
 from bridge.slurmrest.versions import adapter_for
 from reconcilers.slurm import (
     COMMENT_PREFIX,
+    KEPT_FOR_JOB,
     AddFinalizer,
     ClearComment,
     ConvertHold,
@@ -42,6 +43,7 @@ from reconcilers.slurm import (
     RemoveFinalizer,
     ReportUnservable,
     RequeueHold,
+    ResumeNodes,
     decide,
     node_job_id,
     unservable_comment,
@@ -732,12 +734,81 @@ def test_only_a_held_job_has_its_jobset_replaced(o: Observed) -> None:
 
 
 def test_jobset_exists_but_job_already_running() -> None:
+    """Nothing is pinned or released again; the nodes are only kept for the job (below)."""
     d = decide(
         observe(
             running(), js=jobset(state=JobSetState.ACTIVE), wl=workload(WorkloadState.ADMITTED), nodes=IDLE
         )
     )
+    assert kinds(d) == ["drain_nodes"]
+
+
+# --- a running job's nodes are kept for it (ADR 0003) ------------------------------------------
+
+KEPT = f"{KEPT_FOR_JOB}42 until it ends"
+ALLOCATED = (node("b42-0", state=NodeState.ALLOCATED), node("b42-1", state=NodeState.ALLOCATED))
+KEPT_NODES = tuple(
+    node(n.name, state=n.state, flags=n.state_flags | {"DRAIN"}, reason=KEPT) for n in ALLOCATED
+)
+
+
+def admitted(the_job: SlurmJob, *, nodes: tuple[SlurmNode, ...], **extra: Any) -> Observed:
+    """Job 42 with its active JobSet, admitted."""
+    return observe(
+        the_job,
+        js=jobset(state=JobSetState.ACTIVE),
+        wl=workload(WorkloadState.ADMITTED),
+        nodes=nodes,
+        **extra,
+    )
+
+
+def test_a_running_jobs_nodes_are_drained_so_that_no_other_job_takes_them_when_it_ends() -> None:
+    d = decide(observe(running(), js=jobset(state=JobSetState.ACTIVE), wl=workload(WorkloadState.ADMITTED),
+                       nodes=ALLOCATED))  # fmt: skip
+    assert d.actions == (DrainNodes(names=("b42-0", "b42-1"), reason=KEPT),)
+    assert d.phase is Phase.RUNNING
+
+
+def test_a_running_jobs_nodes_are_drained_once() -> None:
+    assert decide(admitted(running(), nodes=KEPT_NODES)).actions == ()
+    one_shown_drained = (KEPT_NODES[0], ALLOCATED[1])
+    d = decide(admitted(running(), nodes=one_shown_drained))
+    assert d.actions == (DrainNodes(names=("b42-1",), reason=KEPT),)
+    # drained by this process, the node source a poll behind: not drained again
+    d = decide(admitted(running(), nodes=one_shown_drained, nodes_drained=frozenset({"b42-1"})))
     assert d.actions == ()
+
+
+def test_the_cleanup_of_an_ended_job_deletes_its_kept_nodes_without_draining_them_again() -> None:
+    ended = job(state=JobState.COMPLETED, hold=False, nodes=NAMES)
+    idle_kept = tuple(node(n.name, flags=n.state_flags, reason=KEPT) for n in KEPT_NODES)
+    d = decide(observe(ended, js=jobset(state=JobSetState.COMPLETED), wl=workload(WorkloadState.FINISHED),
+                       nodes=idle_kept))  # fmt: skip
+    assert "drain_nodes" not in kinds(d)
+    assert "delete_nodes" in kinds(d)
+
+
+def test_a_job_slurm_requeued_onto_its_kept_nodes_gets_them_back() -> None:
+    """An administrator's ``scontrol requeue`` of a running bridged job: pending, unheld, still pinned
+    to its nodes, which the bridge drained while it ran. Resumed, not given back to Kueue."""
+    requeued = released(state_reason="ReqNodeNotAvail")
+    drained = tuple(node(n.name, flags=n.state_flags, reason=KEPT) for n in KEPT_NODES)
+    d = decide(observe(requeued, js=jobset(state=JobSetState.ACTIVE), wl=workload(WorkloadState.ADMITTED),
+                       nodes=drained))  # fmt: skip
+    assert d.actions == (ResumeNodes(names=("b42-0", "b42-1")),)
+    assert d.phase is Phase.RELEASING
+
+
+def test_an_admitted_jobs_nodes_kept_from_its_last_run_are_resumed_and_another_drain_stands() -> None:
+    """The same JobSet admitted again registers the same node names; slurmctld keeps the drain."""
+    drained = tuple(node(n.name, flags=n.state_flags, reason=KEPT) for n in KEPT_NODES)
+    d = decide(admitted(job(), nodes=drained))
+    assert d.actions == (ResumeNodes(names=("b42-0", "b42-1")),)
+    by_someone = tuple(n.model_copy(update={"reason": "hardware check"}) for n in drained)
+    d = decide(admitted(job(), nodes=by_someone))
+    assert "resume_nodes" not in kinds(d)
+    assert "pin_and_release" not in kinds(d)
 
 
 def test_nodes_registered_but_job_already_released() -> None:
@@ -1108,8 +1179,15 @@ def test_invariants_over_the_state_space(
         assert d.needs_confirmation
     if the_job is not None and not the_job.is_finished and {"drain_nodes", "delete_nodes"} & set(names):
         # The cached job may be a poll behind the bridge's own release: the nodes of a live job go
-        # only on a decision taken again on a fresh read.
-        assert d.needs_confirmation
+        # only on a decision taken again on a fresh read. Not the nodes a running job is kept on:
+        # a cache that shows it running is never ahead of Slurm, and a job Slurm put back onto its
+        # nodes gets them back (row 10).
+        kept_only = the_job.is_running and all(
+            isinstance(a, DrainNodes) and a.reason.startswith(KEPT_FOR_JOB)
+            for a in d.actions
+            if a.kind in ("drain_nodes", "delete_nodes")
+        )
+        assert d.needs_confirmation or kept_only
     if "clear_comment" in names:
         assert the_job is not None
         assert the_job.comment.startswith(COMMENT_PREFIX)

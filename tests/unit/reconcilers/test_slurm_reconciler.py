@@ -457,7 +457,8 @@ async def test_a_job_missing_from_the_cache_but_alive_in_slurm_is_not_cleaned_up
     w.slurm.jobs = Jobs(alive)
     w.admit_with_idle_nodes(jobset_object())
     await w.reconcile()
-    assert w.slurm.calls == [("get_job", 42)]
+    # nothing deleted: its nodes are only kept for it while it runs
+    assert w.slurm.calls == [("get_job", 42), ("drain", "b42-0"), ("drain", "b42-1")]
     assert w.kube.calls == []
     assert w.reconciler.phases == {"hpc/42": "running"}
 
@@ -1125,12 +1126,27 @@ async def test_node_changes_poll_the_node_source_at_once() -> None:
         w.nodes.put(node_object(idle(name)))
     await w.reconcile()
     assert ("delete_node", "b42-0") in w.slurm.calls
-    assert w.node_polls.count == 2  # after the drain and after the delete
+    assert w.node_polls.count == 1  # after the delete; a drain needs no poll of its own
     w.node_polls.count = 0
     for store in (w.nodes, w.jobsets):
         for obj in store.list():
             store.pop(store.key_of(obj))
     await w.reconcile()  # nothing left about nodes: no poll
+    assert w.node_polls.count == 0
+
+
+async def test_a_running_jobs_nodes_are_drained_once_without_a_node_poll() -> None:
+    """Kept for the job while it runs: drained once (the node source shows it a poll later, and no
+    event meanwhile drains again), with no node poll at once (nothing waits on seeing it)."""
+    alive = held(
+        state=JobState.RUNNING, hold=False, state_reason="None", nodes=("b42-0", "b42-1"),
+        required_nodes=("b42-0", "b42-1"), features="bridge-job-42",
+    )  # fmt: skip
+    w = World(alive)
+    w.admit_with_idle_nodes(jobset_object())
+    await w.reconcile()
+    await w.reconcile()
+    assert w.slurm.calls == [("drain", "b42-0"), ("drain", "b42-1")]
     assert w.node_polls.count == 0
 
 
