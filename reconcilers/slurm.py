@@ -100,6 +100,7 @@ from bridge.slurmrest.errors import (
 )
 from reconcilers.queue_positions import MISSING_AGE, QueuePositionSource
 from reconcilers.slurm_expectations import NodeListings, NodeWrites, Remembered
+from reconcilers.slurm_fresh_reads import FreshReads
 from reconcilers.slurm_reservations import ReservationCache
 from reconcilers.slurm_waiting import (
     RETRY_AFTER_GIVE_BACK,
@@ -1957,6 +1958,9 @@ class SlurmReconciler:
         (every look deletes what it sees)."""
         self._drains = NodeWrites(node_listings) if node_listings is not None else None
         """The nodes drained, likewise."""
+        self._fresh_reads = FreshReads()
+        """Jobs read fresh for a confirmation that the job source's cache has not caught up with: a
+        decision taken on a fresh read is not followed by one taken on the older cache."""
         self._removed_finalizers = Remembered()
         """JobSet uids whose finalizer this process removed."""
         self._deleted_pods = Remembered()
@@ -2109,7 +2113,8 @@ class SlurmReconciler:
             return Result()
         job_id = int(request.name)
         key = job_key(cluster, job_id)
-        job = self._jobs.job(job_id)
+        cached = self._jobs.job(job_id)
+        job = self._fresh_reads.newest(job_id, cached)
         observed, raw_js = self.observe(job_id, job, reservations=await self._reservations_for(job))
         observed = self._with_queue_place(observed, raw_js)
         decision = decide(observed)
@@ -2119,6 +2124,7 @@ class SlurmReconciler:
                 # because the cache does not hold it yet (right after a restart, the job list can
                 # be taken before the configuration arrives): decide again on a fresh read.
                 fresh = await self._fresh_job(job_id)
+                self._fresh_reads.read(job_id, cached=cached, fresh=fresh)
                 observed, raw_js = self.observe(
                     job_id, fresh, reservations=await self._reservations_for(fresh)
                 )

@@ -791,9 +791,12 @@ async def test_a_comment_is_cleared_only_if_the_fresh_read_still_shows_the_bridg
     await w.reconcile()
     assert w.slurm.calls == [("get_job", 42)]
     assert w.kube.calls == [("create", "JobSet", "slurm-hpc-42")]
-    # Had the fresh read still shown the bridge's reason, it would have been cleared.
-    w.slurm.jobs = w.jobs
+    # The fresh read stands for the job until the cache moves: nothing cleared on a later look.
     w.slurm.calls.clear()
+    await w.reconcile()
+    assert ("comment", 42, "") not in w.slurm.calls
+    # Had the fresh read still shown the bridge's reason, it would have been cleared.
+    w = World(held(comment=old))
     await w.reconcile()
     assert w.slurm.calls == [("get_job", 42), ("comment", 42, "")]
 
@@ -813,6 +816,50 @@ async def test_the_jobset_of_a_job_changed_by_its_user_is_replaced_after_a_fresh
         ("patch", "JobSet", "slurm-hpc-42"),
     ]
     assert w.reconciler.phases == {"hpc/42": "queued"}
+
+
+async def test_a_job_grown_as_a_fresh_read_shows_gets_its_new_size_though_the_cache_is_behind() -> None:
+    """A comment's confirmation reads the job fresh and finds it grown (two nodes to three): the
+    JobSet made for two goes. The next look, with the JobSet gone and the cache still a poll behind,
+    makes the JobSet of three, not of two again; once the cache moves, it stands for the job."""
+    w = World(held())
+    grown = held(node_count=3, cpus=3)
+    w.slurm.jobs = Jobs(grown)
+    w.add_jobset(jobset_object())
+    pending = workload_object(admitted=False)
+    pending["status"]["conditions"] = [
+        {
+            "type": "QuotaReserved",
+            "status": "False",
+            "reason": "Pending",
+            "message": "insufficient unused quota",
+        }
+    ]
+    w.workloads.put(pending)
+    await w.reconcile()
+    assert w.slurm.calls == [("get_job", 42)]
+    assert [c[:3] for c in w.kube.calls] == [
+        ("delete", "JobSet", "slurm-hpc-42"),
+        ("patch", "JobSet", "slurm-hpc-42"),
+    ]
+    for store in (w.jobsets, w.workloads):
+        for obj in store.list():
+            store.pop(store.key_of(obj))
+    w.kube.calls.clear()
+    w.kube.objects.clear()
+    await w.reconcile()
+    assert w.kube.calls == [("create", "JobSet", "slurm-hpc-42")]
+    assert parallelism(w.kube.objects[("JobSet", "k8s-bridge", "slurm-hpc-42")]) == 3
+    # The cache moves (here: back to what it was): from then on it is the job again.
+    w.jobs.jobs[42] = held()
+    w.kube.objects.clear()
+    await w.reconcile()
+    assert parallelism(w.kube.objects[("JobSet", "k8s-bridge", "slurm-hpc-42")]) == 2
+
+
+def parallelism(jobset: Object) -> int:
+    (replicated,) = jobset["spec"]["replicatedJobs"]
+    return int(replicated["template"]["spec"]["parallelism"])
 
 
 async def test_a_jobset_is_kept_when_the_fresh_read_shows_the_shape_it_was_made_for() -> None:
