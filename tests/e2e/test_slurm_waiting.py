@@ -165,11 +165,13 @@ async def test_jobs_slurm_would_not_start_take_no_quota_and_an_administrators_ho
             assert waiting.hold
             assert no_jobset(e2e, job_id)
         # A waits in Kueue for the CPU the holder has, and says so where its user looks (squeue %k).
+        # Its first comment may say that Kueue has not tried it yet; the next one (at most a minute
+        # later, the budget's pace for a shown comment) says why it cannot be admitted.
         queued = await wait_job(
-            slurm_client, a, until=lambda j: j.comment.startswith("k8s-bridge: queued in Kueue"),
-            timeout=60, what="to say why it waits in Kueue", stack=e2e, bridge=bridge,
+            slurm_client, a, until=comment_says("insufficient unused quota"),
+            timeout=150, what="to say why it waits in Kueue", stack=e2e, bridge=bridge,
         )  # fmt: skip
-        assert "insufficient unused quota" in queued.comment, queued.comment
+        assert queued.comment.startswith("k8s-bridge: queued in Kueue"), queued.comment
         # and where it stands in line, from Kueue's visibility API: first (B, C and D take no place)
         placed = await wait_job(
             slurm_client, a, until=comment_says("(1st in its ClusterQueue)"), timeout=150,

@@ -280,7 +280,7 @@ async def test_a_job_no_rack_can_hold_waits_without_pods_and_says_why_on_the_slu
         assert said in message, message
         assert "of 3 pod(s)" in message, message  # "allows to fit only 2 out of 3 pod(s)" (one rack's)
         commented = await wait_job(
-            slurm_client, job_id, until=lambda j: said in j.comment, timeout=60,
+            slurm_client, job_id, until=lambda j: said in j.comment, timeout=90,
             what="to carry Kueue's reason in its comment", stack=e2e, bridge=bridge,
         )  # fmt: skip
         assert "of 3 pod(s)" in commented.comment, commented.comment
