@@ -193,9 +193,9 @@ log = structlog.get_logger(__name__)
 
 FIELD_MANAGER = "k8s-bridge-slurm"
 COMMENT_PREFIX = "k8s-bridge: "
+"""Every comment the bridge writes on a job starts with this; only such comments are ever cleared."""
 KEPT_FOR_JOB = f"{COMMENT_PREFIX}kept for job "
 """How the reason of a node the bridge drained while its job runs on it begins."""
-"""Every comment the bridge writes on a job starts with this; only such comments are ever cleared."""
 _COMMENT_MAX = 480
 
 INDEX_JOB = "slurm-job"
@@ -1214,14 +1214,10 @@ def _decide_running(o: Observed, job: SlurmJob, own: set[str]) -> Decision:
             phase=Phase.EVICTED,
             why=f"running, but {_lost_node_event(lost)}",
         )
-    actions: tuple[Action, ...] = (
-        *(() if o.has_finalizer else (AddFinalizer(),)),
-        *_keep_for_the_job(o, job),
-    )
-    if wl is None:
-        return Decision(actions=actions, phase=Phase.RUNNING, why="running; Workload not seen yet")
-    if wl.state is WorkloadState.ADMITTED and js.state is not JobSetState.FAILED:
-        return Decision(actions=actions, phase=Phase.RUNNING, why="running on its admitted nodes")
+    actions: tuple[Action, ...] = () if o.has_finalizer else (AddFinalizer(),)
+    if wl is None or (wl.state is WorkloadState.ADMITTED and js.state is not JobSetState.FAILED):
+        why = "running; Workload not seen yet" if wl is None else "running on its admitted nodes"
+        return Decision(actions=(*actions, *_keep_for_the_job(o, job)), phase=Phase.RUNNING, why=why)
     return Decision(
         actions=(*actions, RequeueHold(reason=f"its Workload is {wl.state} ({wl.reason or 'no reason'})")),
         requeue_after=WAIT_FOR_SLURM,
@@ -1252,17 +1248,18 @@ def _decide_released(o: Observed, job: SlurmJob, own_pin: tuple[str, ...]) -> De
                 phase=Phase.EVICTED,
                 why=f"released, but {_lost_node_event(lost)}",
             )
+        stuck = not_starting_reason(job)
         kept = tuple(n.name for n in o.nodes if n.name in own_pin and _kept_by_the_bridge(n))
-        if kept:
-            # Requeued by Slurm onto nodes the bridge drained while it ran (an administrator's
-            # ``scontrol requeue``): they are the job's own, and it runs on them again.
+        if kept and stuck is None:
+            # Put back by Slurm onto nodes the bridge drained while it ran, and Slurm would start it
+            # but for them: they are its own, and it runs on them again. Put back with Slurm's
+            # requeue delay (BeginTime), it is given back below like any job Slurm would not start.
             return Decision(
                 actions=(ResumeNodes(names=kept),),
                 requeue_after=WAIT_FOR_NODES,
                 phase=Phase.RELEASING,
                 why=f"released onto its nodes, {len(kept)} kept drained from its last run: resume them",
             )
-        stuck = not_starting_reason(job)
         if stuck is not None:
             # The safety net: Slurm keeps the released job pending for a reason other than its turn
             # (a limit, a reservation, a dependency it gained): the capacity goes back to Kueue, and

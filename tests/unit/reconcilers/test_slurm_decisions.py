@@ -798,6 +798,18 @@ def test_a_job_slurm_requeued_onto_its_kept_nodes_gets_them_back() -> None:
                        nodes=drained))  # fmt: skip
     assert d.actions == (ResumeNodes(names=("b42-0", "b42-1")),)
     assert d.phase is Phase.RELEASING
+    # Put back with Slurm's requeue delay: not startable now, given back; the nodes stay drained.
+    delayed = released(state_reason="BeginTime")
+    d = decide(admitted(delayed, nodes=drained))
+    assert kinds(d) == ["hold"]
+    assert d.phase is Phase.EVICTED
+
+
+def test_a_job_whose_workload_is_preempted_while_it_runs_is_requeue_held_without_a_drain_first() -> None:
+    """Row 8: the requeue-hold is the one thing to do before Slurm requeues it onto dead nodes."""
+    d = decide(observe(running(), js=jobset(state=JobSetState.ACTIVE), wl=workload(WorkloadState.PREEMPTED),
+                       nodes=ALLOCATED))  # fmt: skip
+    assert kinds(d) == ["requeue_hold"]
 
 
 def test_an_admitted_jobs_nodes_kept_from_its_last_run_are_resumed_and_another_drain_stands() -> None:
@@ -1058,7 +1070,16 @@ JOBSETS = st.sampled_from(
 WORKLOADS = st.sampled_from([None, *(workload(s) for s in WorkloadState)])
 NOT_RESPONDING = (node("b42-0"), node("b42-1", flags=frozenset({"DYNAMIC_NORM", "NOT_RESPONDING"})))
 NODES = st.sampled_from(
-    [(), IDLE, IDLE[:1], (node("b42-0"), node("b42-1", state=NodeState.ALLOCATED)), NOT_RESPONDING]
+    [
+        (),
+        IDLE,
+        IDLE[:1],
+        (node("b42-0"), node("b42-1", state=NodeState.ALLOCATED)),
+        NOT_RESPONDING,
+        KEPT_NODES,
+        tuple(node(n.name, flags=n.state_flags, reason=KEPT) for n in KEPT_NODES),  # the job ended
+        (node("b42-0", flags=frozenset({"DYNAMIC_NORM", "DRAIN"}), reason="hardware check"), IDLE[1]),
+    ]
 )
 
 
@@ -1168,6 +1189,20 @@ def test_invariants_over_the_state_space(
         ):
             deleted = {n for a in d.actions if isinstance(a, DeleteNodes) for n in a.names}
             assert deleted >= set(NAMES)
+    # The nodes kept for a running job: drained only while it runs, only those it runs on; resumed
+    # only for a job that does not run, only its own drained by the bridge; never released onto.
+    for action in d.actions:
+        if isinstance(action, DrainNodes) and action.reason.startswith(KEPT_FOR_JOB):
+            assert the_job is not None
+            assert the_job.is_running
+            assert set(action.names) <= set(the_job.nodes)
+        if isinstance(action, ResumeNodes):
+            assert the_job is not None
+            assert not the_job.is_running
+            shown = {n.name: n for n in nodes}
+            assert all(shown[name].reason.startswith(COMMENT_PREFIX) for name in action.names)
+    if "pin_and_release" in names:
+        assert not any(n.is_drained_or_draining for n in nodes)
     if d.concurrent:
         # Only independent actions run at once: the JobSet's creation and what goes with it.
         assert set(names) <= {"create_jobset", "clear_comment"}

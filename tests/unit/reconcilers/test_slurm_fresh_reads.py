@@ -40,6 +40,27 @@ def test_a_job_gone_from_slurmctld_on_a_fresh_read_is_gone_until_the_cache_moves
     assert len(reads) == 0
 
 
+def test_a_read_over_no_cached_job_is_not_kept() -> None:
+    """The cache may never show the job (outside the bridged partitions): the read would stand for
+    good, and hide the job's purge from slurmctld."""
+    reads = FreshReads()
+    assert not reads.read(42, cached=None, fresh=job())
+    assert reads.newest(42, None) is None
+
+
+def test_a_read_stands_for_max_age_at_most() -> None:
+    """Changed and changed back, the job's text is the cached one again: the cache does not move."""
+    now = [0.0]
+    reads = FreshReads(max_age=30.0, clock=lambda: now[0])
+    cached, fresh = job(), job(nodes=3)
+    reads.read(42, cached=cached, fresh=fresh)
+    now[0] = 29.0
+    assert reads.newest(42, cached) is fresh
+    now[0] = 30.0
+    assert reads.newest(42, cached) is cached
+    assert len(reads) == 0
+
+
 def test_only_the_last_reads_are_kept() -> None:
     reads = FreshReads(kept=2)
     cached = {i: job(i) for i in range(3)}
