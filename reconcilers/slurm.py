@@ -815,8 +815,12 @@ def _left_down_by_the_bridge(o: Observed) -> tuple[str, ...]:
 
 
 def _kept_by_the_bridge(node: SlurmNode) -> bool:
-    """Drained by the bridge while its job ran on it (``_keep_for_the_job``)."""
-    return node.is_drained_or_draining and node.reason.startswith(KEPT_FOR_JOB)
+    """Drained by the bridge while its job ran on it (``_keep_for_the_job``), and no job on it now.
+    A node still allocated (DRAINING) means the job runs there, whatever an older view of the job
+    says (a list begun before the job started, stored after): not resumed."""
+    return (
+        node.state is NodeState.IDLE and node.is_drained_or_draining and node.reason.startswith(KEPT_FOR_JOB)
+    )
 
 
 def _keep_for_the_job(o: Observed, job: SlurmJob) -> tuple[Action, ...]:

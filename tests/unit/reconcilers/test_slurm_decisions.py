@@ -798,6 +798,8 @@ def test_a_job_slurm_requeued_onto_its_kept_nodes_gets_them_back() -> None:
                        nodes=drained))  # fmt: skip
     assert d.actions == (ResumeNodes(names=("b42-0", "b42-1")),)
     assert d.phase is Phase.RELEASING
+    # A view of the job older than the nodes' (a list begun before it started): it runs on them.
+    assert decide(admitted(requeued, nodes=KEPT_NODES)).actions == ()
     # Put back with Slurm's requeue delay: not startable now, given back; the nodes stay drained.
     delayed = released(state_reason="BeginTime")
     d = decide(admitted(delayed, nodes=drained))
