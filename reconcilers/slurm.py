@@ -829,13 +829,7 @@ def _keep_for_the_job(o: Observed, job: SlurmJob) -> tuple[Action, ...]:
     A drained node stays its job's until the job ends and then is DRAINED, never IDLE: no other job
     takes it between the job's end and the bridge's cleanup, a poll later (an administrator's
     release, a submission no hold caught: ADR 0003). The job itself is not touched. The drain costs
-    nothing more: the cleanup drains no node drained already.
-
-    Not for pods in another cluster (MultiKueue): there a requeue whose slurmd pods are gone ends
-    only on slurmctld's timeouts, and the drain's calls ahead of a preemption's requeue-hold made it
-    lose that race (e2e: the job's JobSet replaced after 100 s instead of readmitted at once)."""
-    if _pods_elsewhere(o):
-        return ()
+    nothing more: the cleanup drains no node drained already."""
     names = tuple(
         n.name
         for n in o.nodes

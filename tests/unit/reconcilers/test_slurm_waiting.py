@@ -578,7 +578,7 @@ def test_nodes_of_pods_in_a_worker_cluster_are_not_silent_for_want_of_local_pods
 def test_a_running_job_whose_remote_node_stops_responding_is_a_lost_node() -> None:
     remote = jobset(state=JobSetState.ACTIVE, managed_by=REMOTE)
     admitted = workload(WorkloadState.ADMITTED)
-    assert decide(observe(running(), js=remote, wl=admitted, nodes=IDLE)).actions == ()  # not kept
+    assert kinds(decide(observe(running(), js=remote, wl=admitted, nodes=IDLE))) == ["drain_nodes"]
     silent = (node("b42-0"), node("b42-1", flags=frozenset({"DYNAMIC_NORM", "NOT_RESPONDING"})))
     d = decide(observe(running(), js=remote, wl=admitted, nodes=silent))
     assert kinds(d) == ["requeue_hold", "delete_jobset"]
