@@ -387,12 +387,16 @@ async def test_preempted_in_the_manager_the_job_goes_back_held_and_runs_again_in
             slurm_client, job_id, until=finished, timeout=JOB_TIMEOUT, what="to run again and complete",
             stack=e2e, bridge=bridge,
         )  # fmt: skip
-        completed_once_again = done.state == JobState.COMPLETED and sorted(done.nodes) == [
-            f"b{job_id}-0",
-            f"b{job_id}-1",
-        ]
-        assert completed_once_again, done
-        assert (jobset(e2e, name) or {"metadata": {"uid": uid}})["metadata"]["uid"] == uid
+        assert done.state == JobState.COMPLETED, done
+        first, replacement = [f"b{job_id}-0", f"b{job_id}-1"], [f"b{job_id}r1-0", f"b{job_id}r1-1"]
+        # Admitted again, the same JobSet runs it again on its first nodes. Unless the worker's pods
+        # were gone before the requeue-hold landed: a requeue then ends only on slurmctld's timeouts
+        # (for pods in another cluster nothing else tells a silent node), the JobSet admitted
+        # meanwhile finds its nodes not responding and is replaced (row 19a), and the job runs once
+        # more on the replacement's nodes. Seen on 22.05 with and without the keep drain.
+        assert sorted(done.nodes) in (first, replacement), done
+        if sorted(done.nodes) == first:
+            assert (jobset(e2e, name) or {"metadata": {"uid": uid}})["metadata"]["uid"] == uid
     finally:
         e2e.client.delete(f"{jobs}/urgent")
     await wait_cleaned_up(e2e, worker, job_id, bridge)
