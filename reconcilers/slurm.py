@@ -824,7 +824,7 @@ def _kept_by_the_bridge(node: SlurmNode) -> bool:
 
 
 def _keep_for_the_job(o: Observed, job: SlurmJob) -> tuple[Action, ...]:
-    """Drain the nodes a job runs on while it runs (rows 7 and 8).
+    """Drain the nodes a job runs on while it runs (row 7).
 
     A drained node stays its job's until the job ends and then is DRAINED, never IDLE: no other job
     takes it between the job's end and the bridge's cleanup, a poll later (an administrator's

@@ -75,8 +75,7 @@ class ProgramSettings:
     """Seconds between two hand-backs of the allocator's free memory (``malloc_trim``); 0: never."""
     reconcile_batch_period: float = 0.1
     """Seconds a live event's reconcile waits for the events that follow it (one reconcile for the
-    burst one action sets off); events a program ranks urgent are not held. Off by default: with 0.1
-    a held job grown by its user got a JobSet of its old size (tests/e2e/test_slurm_bridge.py)."""
+    burst one action sets off); events a program ranks urgent are not held."""
     graceful_shutdown_timeout: float = 30.0
     mixing_controller: bool = True
 
@@ -182,7 +181,7 @@ def add_run_flags(parser: argparse.ArgumentParser, *, lease_default: str, concur
     add(
         "--reconcile-batch-period",
         type=float,
-        default=float(env("reconcile-batch-period", "0.1") or 0),
+        default=float(env("reconcile-batch-period", "0.1") or 0.1),
         help=flag_help(
             "Seconds a reconcile waits for the changes that follow the one that queued it, so that "
             "a burst (a JobSet's deletion: its pods, its Job, its Workload) is one reconcile; urgent "
